@@ -1,0 +1,88 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+)
+
+// Coordinator runs the breaker's operations on shared state. Each method is
+// one atomic operation that reads the coordinator's clock once and reports
+// what it did, including the transition it caused, if any. Implementations
+// keep no client-side state: no caches, no goroutines.
+//
+// The policy is passed with every call so that the state stays the only
+// thing the coordinator stores; an invalid policy is an error.
+type Coordinator interface {
+	// Admit asks whether a call may go through. claim is a unique ID the
+	// caller makes for one logical admission; admitting the same claim
+	// again (a retry after a network error) never takes a second probe
+	// slot.
+	Admit(ctx context.Context, scope string, p Policy, claim string) (Decision, error)
+
+	// Record adds the outcomes of calls admitted with Allow, in order.
+	// Outcomes of another generation, or sent while the breaker is not
+	// closed, are stale and change nothing. See [WithBatchID] to make a
+	// retried Record safe.
+	Record(ctx context.Context, scope string, p Policy, outcomes []Outcome) (Result, error)
+
+	// Settle reports the outcome of the probe admitted with claim. A claim
+	// that holds no live lease (unknown, expired or already settled) is
+	// stale and changes nothing.
+	Settle(ctx context.Context, scope string, p Policy, claim string, o Outcome) (Result, error)
+
+	// Snapshot reports the scope's state as of now without changing it:
+	// looking never uses up a probe.
+	Snapshot(ctx context.Context, scope string, p Policy) (Snapshot, error)
+}
+
+// Decision is the answer to Admit.
+type Decision struct {
+	Verdict    Verdict
+	State      State         // state after the decision
+	Generation uint64        // generation the admitted call belongs to
+	RetryAfter time.Duration // on Reject: time until a probe slot may be free
+	Transition *Transition   // non-nil when this admission moved the breaker (open -> half-open)
+}
+
+// Outcome is the result of one admitted call.
+type Outcome struct {
+	Generation uint64 // the Decision.Generation of the admission that let the call through
+	Failure    bool
+	Duration   time.Duration // compared with Policy.SlowCallDuration
+}
+
+// Transition is one change of a breaker's state.
+type Transition struct {
+	Scope      string
+	From, To   State
+	Generation uint64    // generation after the transition
+	At         time.Time // the coordinator's clock
+	Reason     string    // human readable: "failures 3/4 >= 50%", "probe failed", ...
+}
+
+// Result is what Record and Settle report.
+type Result struct {
+	State      State  // as of now
+	Generation uint64 // after the operation
+	Stale      int    // outcomes or settlements ignored as stale
+	Transition *Transition
+}
+
+// Snapshot is a read-only view of one scope, as of now: an open breaker
+// whose open period has ended reads half-open.
+type Snapshot struct {
+	Scope      string
+	State      State
+	Generation uint64
+
+	// Window counts of the current generation, over the live buckets.
+	Calls, Failures, Slow int
+	// ConsecutiveFailures is the current run of failures while closed.
+	ConsecutiveFailures int
+
+	OpenedAt  time.Time // when the breaker last opened; zero if it never did in this generation line
+	OpenUntil time.Time // end of the current open period; zero unless open or half-open
+
+	ProbesInFlight int // live probe leases
+	ProbeSuccesses int // successful probes in this half-open period
+}

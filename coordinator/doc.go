@@ -1,0 +1,20 @@
+// Package coordinator defines the contract between the cbgrpc Breaker and the
+// shared state behind it: a [Coordinator] runs each breaker operation (admit a
+// call, record outcomes, settle a probe, look at a scope) as one atomic step
+// on state that every replica of a service shares.
+//
+// The package holds the vocabulary of that contract: [Policy] (what trips a
+// breaker and how it recovers), [Decision], [Outcome], [Result], [Transition]
+// and [Snapshot]. Implementations live in the sub-packages memory (one
+// process) and redis (a fleet); coordinatortest checks that an implementation
+// keeps the contract.
+//
+// The rules, in short: a closed breaker admits every call and counts outcomes
+// in a sliding window of time buckets; when a rule of the [Policy] holds it
+// opens, and rejects calls until its open period ends. The first admission
+// after that moves it to half-open and claims one of Policy.Probes leased
+// probe slots; enough successful probes close it, a failed probe opens it
+// again. Every transition to open or closed increments a generation, and an
+// outcome carries the generation it was admitted under, so outcomes of an
+// earlier generation never count.
+package coordinator

@@ -1,0 +1,320 @@
+package memory
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// rules is a validated policy in the units the breaker computes with:
+// milliseconds and thousandths.
+type rules struct {
+	p                  coordinator.Policy
+	width              int64 // bucket width, ms
+	buckets            int64
+	failPm, slowPm     int
+	openFor, maxOpen   int64
+	lease              int64
+	probes, successes  int
+	consecutive, calls int
+}
+
+func newRules(p coordinator.Policy) *rules {
+	return &rules{
+		p:           p,
+		width:       p.BucketWidth().Milliseconds(),
+		buckets:     int64(p.Buckets),
+		failPm:      coordinator.Permille(p.FailureRatio),
+		slowPm:      coordinator.Permille(p.SlowCallRatio),
+		openFor:     p.OpenFor.Milliseconds(),
+		maxOpen:     p.MaxOpenFor.Milliseconds(),
+		lease:       p.ProbeLease.Milliseconds(),
+		probes:      p.Probes,
+		successes:   p.ProbeSuccesses,
+		consecutive: p.ConsecutiveFailures,
+		calls:       p.MinCalls,
+	}
+}
+
+type bucket struct{ calls, failures, slow int }
+
+// breaker is one scope's state. All times are Unix milliseconds of the
+// coordinator's clock.
+type breaker struct {
+	scope string
+	state coordinator.State
+	gen   uint64
+
+	openedAt, openUntil int64
+	openFor             int64 // the current open period; doubles on reopening
+	consec              int
+	successes           int              // probe successes in this half-open period
+	leases              map[string]int64 // claim -> deadline, only in half-open
+	window              map[int64]*bucket
+	batches             []string // recent batch IDs, oldest first
+	// expiresAt is when a closed breaker has nothing left worth keeping:
+	// every bucket it wrote has left the window.
+	expiresAt int64
+}
+
+func (b *breaker) expired(now int64) bool {
+	return b.state == coordinator.StateClosed && now >= b.expiresAt
+}
+
+func ms(d int64) time.Duration { return time.Duration(d) * time.Millisecond }
+
+func (b *breaker) transition(from coordinator.State, now int64, reason string) *coordinator.Transition {
+	return &coordinator.Transition{
+		Scope: b.scope, From: from, To: b.state, Generation: b.gen,
+		At: time.UnixMilli(now), Reason: reason,
+	}
+}
+
+// stateAt is the state as of now: an open breaker whose period ended reads
+// half-open, without changing anything.
+func (b *breaker) stateAt(now int64) coordinator.State {
+	if b.state == coordinator.StateOpen && now >= b.openUntil {
+		return coordinator.StateHalfOpen
+	}
+	return b.state
+}
+
+func (b *breaker) admit(r *rules, now int64, claim string) coordinator.Decision {
+	switch b.state {
+	case coordinator.StateOpen:
+		if now < b.openUntil {
+			return coordinator.Decision{Verdict: coordinator.Reject, State: b.state, Generation: b.gen, RetryAfter: ms(b.openUntil - now)}
+		}
+		b.state = coordinator.StateHalfOpen
+		b.successes = 0
+		t := b.transition(coordinator.StateOpen, now, "open period ended")
+		d := b.claimProbe(r, now, claim)
+		d.Transition = t
+		return d
+	case coordinator.StateHalfOpen:
+		return b.claimProbe(r, now, claim)
+	}
+	return coordinator.Decision{Verdict: coordinator.Allow, State: b.state, Generation: b.gen}
+}
+
+func (b *breaker) pruneLeases(now int64) {
+	for c, deadline := range b.leases {
+		if deadline <= now {
+			delete(b.leases, c)
+		}
+	}
+}
+
+func (b *breaker) claimProbe(r *rules, now int64, claim string) coordinator.Decision {
+	b.pruneLeases(now)
+	d := coordinator.Decision{Verdict: coordinator.Probe, State: b.state, Generation: b.gen}
+	if _, ok := b.leases[claim]; ok {
+		return d
+	}
+	if len(b.leases) < r.probes {
+		if b.leases == nil {
+			b.leases = make(map[string]int64, r.probes)
+		}
+		b.leases[claim] = now + r.lease
+		return d
+	}
+	earliest := int64(-1)
+	for _, deadline := range b.leases {
+		if earliest < 0 || deadline < earliest {
+			earliest = deadline
+		}
+	}
+	d.Verdict = coordinator.Reject
+	d.RetryAfter = ms(earliest - now)
+	return d
+}
+
+func (b *breaker) result(now int64, stale int, t *coordinator.Transition) coordinator.Result {
+	return coordinator.Result{State: b.stateAt(now), Generation: b.gen, Stale: stale, Transition: t}
+}
+
+func (b *breaker) seenBatch(id string) bool {
+	return id != "" && slices.Contains(b.batches, id)
+}
+
+func (b *breaker) rememberBatch(id string) {
+	if id == "" {
+		return
+	}
+	if len(b.batches) == coordinator.RecentBatches {
+		b.batches = slices.Delete(b.batches, 0, 1)
+	}
+	b.batches = append(b.batches, id)
+}
+
+func (b *breaker) record(r *rules, now int64, batch string, outcomes []coordinator.Outcome) coordinator.Result {
+	if b.state != coordinator.StateClosed || b.seenBatch(batch) {
+		return b.result(now, len(outcomes), nil)
+	}
+	var t *coordinator.Transition
+	stale, counted := 0, 0
+	for _, o := range outcomes {
+		if t != nil || o.Generation != b.gen {
+			stale++
+			continue
+		}
+		counted++
+		b.add(r, now, o)
+		if reason := b.tripReason(r, now); reason != "" {
+			b.open(r.openFor, now)
+			t = b.transition(coordinator.StateClosed, now, reason)
+		}
+	}
+	if counted > 0 {
+		b.rememberBatch(batch)
+	}
+	return b.result(now, stale, t)
+}
+
+func (b *breaker) add(r *rules, now int64, o coordinator.Outcome) {
+	idx := now / r.width
+	for i := range b.window {
+		if i <= idx-r.buckets {
+			delete(b.window, i)
+		}
+	}
+	if b.window == nil {
+		b.window = make(map[int64]*bucket, r.buckets)
+	}
+	bk := b.window[idx]
+	if bk == nil {
+		bk = &bucket{}
+		b.window[idx] = bk
+	}
+	bk.calls++
+	if o.Failure {
+		bk.failures++
+		b.consec++
+	} else {
+		b.consec = 0
+	}
+	if r.p.IsSlow(o.Duration) {
+		bk.slow++
+	}
+	b.expiresAt = (idx + r.buckets) * r.width
+}
+
+// counts sums the live buckets of the window.
+func (b *breaker) counts(r *rules, now int64) (calls, failures, slow int) {
+	idx := now / r.width
+	for i, bk := range b.window {
+		if i > idx-r.buckets && i <= idx {
+			calls += bk.calls
+			failures += bk.failures
+			slow += bk.slow
+		}
+	}
+	return
+}
+
+// tripReason says which rule holds, checked in the order consecutive
+// failures, failure ratio, slow-call ratio; "" when none does.
+func (b *breaker) tripReason(r *rules, now int64) string {
+	if r.consecutive > 0 && b.consec >= r.consecutive {
+		return fmt.Sprintf("consecutive failures %d >= %d", b.consec, r.consecutive)
+	}
+	calls, failures, slow := b.counts(r, now)
+	if calls < r.calls {
+		return ""
+	}
+	// integer math: 0.5 must trip at exactly 2 of 4
+	if r.failPm > 0 && failures*1000 >= r.failPm*calls {
+		return fmt.Sprintf("failures %d/%d >= %s", failures, calls, percent(r.failPm))
+	}
+	if r.slowPm > 0 && slow*1000 >= r.slowPm*calls {
+		return fmt.Sprintf("slow calls %d/%d >= %s", slow, calls, percent(r.slowPm))
+	}
+	return ""
+}
+
+func percent(pm int) string {
+	if pm%10 == 0 {
+		return fmt.Sprintf("%d%%", pm/10)
+	}
+	return fmt.Sprintf("%d.%d%%", pm/10, pm%10)
+}
+
+// open moves the breaker to open for period ms, in a new generation that
+// no earlier outcome or probe carries.
+func (b *breaker) open(period, now int64) {
+	b.state = coordinator.StateOpen
+	b.gen++
+	b.openedAt = now
+	b.openFor = period
+	b.openUntil = now + period
+	b.consec = 0
+	b.successes = 0
+	b.window = nil
+	b.leases = nil
+}
+
+func (b *breaker) close(r *rules, now int64) {
+	b.state = coordinator.StateClosed
+	b.gen++
+	b.openFor = 0
+	b.openUntil = 0
+	b.consec = 0
+	b.successes = 0
+	b.window = nil
+	b.leases = nil
+	// Keep the new generation for a window, so that calls admitted under
+	// it can still be recorded.
+	b.expiresAt = (now/r.width + r.buckets) * r.width
+}
+
+func (b *breaker) settle(r *rules, now int64, claim string, o coordinator.Outcome) coordinator.Result {
+	if b.state != coordinator.StateHalfOpen || o.Generation != b.gen {
+		return b.result(now, 1, nil)
+	}
+	b.pruneLeases(now)
+	if _, ok := b.leases[claim]; !ok {
+		return b.result(now, 1, nil)
+	}
+	delete(b.leases, claim)
+	// A slow probe says the dependency has not recovered.
+	if o.Failure || r.p.IsSlow(o.Duration) {
+		period := r.openFor
+		if r.maxOpen > 0 {
+			period = min(max(b.openFor, r.openFor)*2, r.maxOpen)
+		}
+		b.open(period, now)
+		return b.result(now, 0, b.transition(coordinator.StateHalfOpen, now, "probe failed"))
+	}
+	b.successes++
+	if b.successes < r.successes {
+		return b.result(now, 0, nil)
+	}
+	n := b.successes
+	b.close(r, now)
+	return b.result(now, 0, b.transition(coordinator.StateHalfOpen, now, fmt.Sprintf("probes succeeded %d/%d", n, r.successes)))
+}
+
+func (b *breaker) snapshot(r *rules, now int64) coordinator.Snapshot {
+	s := coordinator.Snapshot{
+		Scope:               b.scope,
+		State:               b.stateAt(now),
+		Generation:          b.gen,
+		ConsecutiveFailures: b.consec,
+		ProbeSuccesses:      b.successes,
+	}
+	s.Calls, s.Failures, s.Slow = b.counts(r, now)
+	if b.openedAt != 0 {
+		s.OpenedAt = time.UnixMilli(b.openedAt)
+	}
+	if b.state != coordinator.StateClosed {
+		s.OpenUntil = time.UnixMilli(b.openUntil)
+	}
+	for _, deadline := range b.leases {
+		if deadline > now {
+			s.ProbesInFlight++
+		}
+	}
+	return s
+}

@@ -1,0 +1,177 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Policy says when a breaker trips and how it recovers. Times are kept to
+// the millisecond: coordinators compare them in whole milliseconds.
+type Policy struct {
+	Window              time.Duration // length of the sliding window of outcomes
+	Buckets             int           // the window is kept as this many time buckets of Window/Buckets each (rounded down to the millisecond)
+	MinCalls            int           // no rate rule trips with fewer calls than this in the window
+	FailureRatio        float64       // trip when failures/calls >= this (0 disables)
+	ConsecutiveFailures int           // trip after this many failures in a row (0 disables)
+	SlowCallDuration    time.Duration // a call at least this slow counts as slow (0 disables, with SlowCallRatio)
+	SlowCallRatio       float64       // trip when slow/calls >= this (0 disables, with SlowCallDuration)
+	OpenFor             time.Duration // how long the breaker stays open before probes may start
+	MaxOpenFor          time.Duration // 0, or > OpenFor: the open period doubles on each reopening, capped here
+	Probes              int           // probe slots in half-open, fleet-wide
+	ProbeLease          time.Duration // a claimed probe slot is released if not settled within this
+	ProbeSuccesses      int           // probe successes needed to close; may exceed Probes, since a settled slot is reused
+}
+
+// DefaultPolicy returns a policy for real traffic:
+//
+//   - Window 30s in 10 buckets of 3s: long enough to hold MinCalls for a
+//     modest scope, short enough that an old incident stops counting within
+//     half a minute. Recording costs O(Buckets) whatever the traffic.
+//   - MinCalls 20 and FailureRatio 0.5: resilience4j's 50% threshold, with a
+//     smaller minimum (its default is 100) because the window is shared by
+//     the whole fleet, which reaches 20 calls quickly.
+//   - ConsecutiveFailures 0 (off): with a shared window a run of failures is
+//     already caught by the ratio, and a fleet-wide run of 5 (gobreaker's
+//     default) trips on a few unlucky calls of a busy scope.
+//   - Slow-call rule off: what counts as slow depends on the method.
+//   - OpenFor 5s, doubling on each failed recovery up to MaxOpenFor 60s:
+//     quick recovery from a blip (gobreaker and resilience4j wait 60s, which
+//     is long for a fleet that probes with only a few calls), backing off
+//     for a dependency that keeps failing.
+//   - Probes 3, ProbeSuccesses 3: a few calls fleet-wide test recovery (the
+//     whole fleet shares them, unlike resilience4j's 10 per process), and
+//     three successes in a row are unlikely by luck alone.
+//   - ProbeLease 10s: longer than a typical unary deadline, so a live probe
+//     keeps its slot, short enough that a crashed prober's slot returns soon.
+func DefaultPolicy() Policy {
+	return Policy{
+		Window:         30 * time.Second,
+		Buckets:        10,
+		MinCalls:       20,
+		FailureRatio:   0.5,
+		OpenFor:        5 * time.Second,
+		MaxOpenFor:     60 * time.Second,
+		Probes:         3,
+		ProbeLease:     10 * time.Second,
+		ProbeSuccesses: 3,
+	}
+}
+
+// ErrInvalidPolicy is wrapped by every error that [Policy.Validate] returns.
+var ErrInvalidPolicy = errors.New("invalid policy")
+
+// PolicyError names the field of a [Policy] that cannot work, and why.
+type PolicyError struct {
+	Field  string
+	Reason string
+}
+
+func (e *PolicyError) Error() string {
+	return "coordinator: invalid policy: " + e.Field + " " + e.Reason
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidPolicy) hold.
+func (e *PolicyError) Unwrap() error { return ErrInvalidPolicy }
+
+func invalid(field, format string, args ...any) error {
+	return &PolicyError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Permille turns a ratio into thousandths, rounding to the nearest. Both
+// coordinators compare ratios as integers (failures*1000 >= permille*calls)
+// so that 0.5 trips at exactly 2 of 4, whatever the float says.
+func Permille(ratio float64) int {
+	return int(math.Round(ratio * 1000))
+}
+
+// BucketWidth is the width of one window bucket: Window/Buckets rounded down
+// to the millisecond.
+func (p Policy) BucketWidth() time.Duration {
+	if p.Buckets <= 0 {
+		return 0
+	}
+	return (p.Window / time.Duration(p.Buckets)).Truncate(time.Millisecond)
+}
+
+// Validate reports the first field of p that cannot work, as a
+// [*PolicyError] that wraps [ErrInvalidPolicy].
+func (p Policy) Validate() error {
+	if p.Window <= 0 {
+		return invalid("Window", "must be positive, got %v", p.Window)
+	}
+	if p.Buckets <= 0 {
+		return invalid("Buckets", "must be positive, got %d", p.Buckets)
+	}
+	if w := p.BucketWidth(); w < time.Millisecond {
+		return invalid("Buckets", "makes buckets of %v (Window %v / %d); a bucket must be at least 1ms", p.Window/time.Duration(p.Buckets), p.Window, p.Buckets)
+	}
+	if err := checkRatio("FailureRatio", p.FailureRatio); err != nil {
+		return err
+	}
+	if err := checkRatio("SlowCallRatio", p.SlowCallRatio); err != nil {
+		return err
+	}
+	if p.ConsecutiveFailures < 0 {
+		return invalid("ConsecutiveFailures", "must be 0 (off) or positive, got %d", p.ConsecutiveFailures)
+	}
+	if p.SlowCallDuration < 0 {
+		return invalid("SlowCallDuration", "must be 0 (off) or positive, got %v", p.SlowCallDuration)
+	}
+	if p.SlowCallDuration > 0 && p.SlowCallDuration < time.Millisecond {
+		return invalid("SlowCallDuration", "must be at least 1ms, got %v", p.SlowCallDuration)
+	}
+	if (p.SlowCallDuration > 0) != (p.SlowCallRatio > 0) {
+		if p.SlowCallDuration > 0 {
+			return invalid("SlowCallRatio", "must be set when SlowCallDuration is (%v); the slow-call rule needs both", p.SlowCallDuration)
+		}
+		return invalid("SlowCallDuration", "must be set when SlowCallRatio is (%v); the slow-call rule needs both", p.SlowCallRatio)
+	}
+	rateRule := p.FailureRatio > 0 || p.SlowCallRatio > 0
+	if !rateRule && p.ConsecutiveFailures == 0 {
+		return invalid("FailureRatio", "is 0 and so are ConsecutiveFailures and SlowCallRatio: no rule could ever trip the breaker")
+	}
+	if rateRule && p.MinCalls < 1 {
+		return invalid("MinCalls", "must be at least 1 when a ratio rule is on, got %d", p.MinCalls)
+	}
+	if p.MinCalls < 0 {
+		return invalid("MinCalls", "must not be negative, got %d", p.MinCalls)
+	}
+	if p.OpenFor < time.Millisecond {
+		return invalid("OpenFor", "must be at least 1ms, got %v", p.OpenFor)
+	}
+	if p.MaxOpenFor < 0 || (p.MaxOpenFor > 0 && p.MaxOpenFor <= p.OpenFor) {
+		return invalid("MaxOpenFor", "must be 0 (no back-off) or greater than OpenFor (%v), got %v", p.OpenFor, p.MaxOpenFor)
+	}
+	if p.Probes < 1 {
+		return invalid("Probes", "must be at least 1, got %d", p.Probes)
+	}
+	if p.ProbeLease < time.Millisecond {
+		return invalid("ProbeLease", "must be at least 1ms, got %v", p.ProbeLease)
+	}
+	if p.ProbeSuccesses < 1 {
+		return invalid("ProbeSuccesses", "must be at least 1, got %d", p.ProbeSuccesses)
+	}
+	return nil
+}
+
+func checkRatio(field string, r float64) error {
+	switch {
+	case r == 0:
+		return nil
+	case math.IsNaN(r) || r < 0:
+		return invalid(field, "must be 0 (off) or between 0 and 1, got %v", r)
+	case r >= 1:
+		return invalid(field, "must be below 1, got %v: a rule that needs every call to fail is ConsecutiveFailures", r)
+	}
+	if pm := Permille(r); pm <= 0 || pm >= 1000 {
+		return invalid(field, "%v rounds to %d thousandths; it must land in 1..999", r, pm)
+	}
+	return nil
+}
+
+// IsSlow reports whether a call that took d counts as slow under p.
+func (p Policy) IsSlow(d time.Duration) bool {
+	return p.SlowCallDuration > 0 && d >= p.SlowCallDuration
+}
