@@ -1,0 +1,11 @@
+package bench
+
+// Configs lists every configuration of one comparison run, the baseline
+// first.
+func Configs(redisAddr string) []Config {
+	return []Config{
+		None(),
+		Failsafe(),
+		Gobreaker(redisAddr),
+	}
+}

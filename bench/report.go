@@ -1,0 +1,28 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// WriteMarkdown writes rows as a markdown table.
+func WriteMarkdown(w io.Writer, rows []Row) error {
+	if _, err := fmt.Fprintln(w, "| configuration | p50 µs | p99 µs | p50 / none | RPS, 1 caller | RPS, N callers | Redis cmds/RPC (1) | Redis cmds/RPC (N) | allocs/call | added allocs | errors |"); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %.2f | %.0f | %.0f (N=%d) | %.3f | %.4f | %.1f | %+.1f | %d |\n",
+			r.Name, r.P50Micros, r.P99Micros, r.P50Ratio, r.RPS1, r.RPSConcurrent, r.Concurrent,
+			r.RedisPerRPC1, r.RedisPerRPC, r.AllocsPerCall, r.AddedAllocs, r.Errors)
+	}
+	return nil
+}
+
+// WriteJSON writes rows as indented JSON.
+func WriteJSON(w io.Writer, rows []Row) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rows)
+}
