@@ -58,18 +58,18 @@ type Options struct {
 
 // Row is what one configuration measured.
 type Row struct {
-	Name           string  `json:"name"`
-	P50Micros      float64 `json:"p50_us"`
-	P99Micros      float64 `json:"p99_us"`
-	P50Ratio       float64 `json:"p50_ratio_to_none"`
-	RPS1           float64 `json:"rps_1_caller"`
-	RPSConcurrent  float64 `json:"rps_concurrent"`
-	Concurrent     int     `json:"concurrent_callers"`
-	RedisPerRPC1   float64 `json:"redis_commands_per_rpc_1_caller"`
-	RedisPerRPC    float64 `json:"redis_commands_per_rpc_concurrent"`
-	AllocsPerCall  float64 `json:"allocs_per_call"`
-	AddedAllocs    float64 `json:"allocs_added_per_call"`
-	Errors         int64   `json:"errors"`
+	Name          string  `json:"name"`
+	P50Micros     float64 `json:"p50_us"`
+	P99Micros     float64 `json:"p99_us"`
+	P50Ratio      float64 `json:"p50_ratio_to_none"`
+	RPS1          float64 `json:"rps_1_caller"`
+	RPSConcurrent float64 `json:"rps_concurrent"`
+	Concurrent    int     `json:"concurrent_callers"`
+	RedisPerRPC1  float64 `json:"redis_commands_per_rpc_1_caller"`
+	RedisPerRPC   float64 `json:"redis_commands_per_rpc_concurrent"`
+	AllocsPerCall float64 `json:"allocs_per_call"`
+	AddedAllocs   float64 `json:"allocs_added_per_call"`
+	Errors        int64   `json:"errors"`
 }
 
 // Measure runs one configuration against addr. rdb, when non-nil, is the
