@@ -1,0 +1,355 @@
+package cbgrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc/status"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// Breaker is the client side of a fleet-wide circuit breaker: it derives the
+// scope of each call, asks the coordinator to admit it, classifies how it
+// ended and records the outcome in the background. One Breaker serves both
+// its unary and its stream interceptor, and any number of ClientConns; it
+// is safe for concurrent use. Close it when the process is done with it.
+type Breaker struct {
+	c   coordinator.Coordinator
+	cfg config
+	tel *telemetry
+	rec *recorder
+
+	// known holds the scopes this process last saw open or half-open:
+	// while the coordinator is unreachable they are rejected. Closed
+	// scopes are not kept, since "closed" and "never seen" decide alike.
+	known sync.Map // scope -> knownState
+
+	// downUntil is when calls may ask the coordinator again after it
+	// failed (UnixNano; 0 while it works). trying lets one call ask after
+	// the back-off, while the others keep deciding without it.
+	downUntil atomic.Int64
+	trying    atomic.Bool
+
+	// mu guards closed, so that no admission starts work after Close.
+	mu      sync.RWMutex
+	closed  bool
+	admits  sync.WaitGroup // admissions in progress and their coordinator calls
+	closeMu sync.Mutex
+	closeOK bool
+	closeEr error
+}
+
+type knownState struct {
+	state   coordinator.State
+	retryAt time.Time // local time when probes may start, if known
+}
+
+// New returns a Breaker over c. It fails when an option cannot work,
+// naming it; an invalid policy is reported wrapping
+// [coordinator.ErrInvalidPolicy].
+func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
+	if c == nil {
+		return nil, errNilCoordinator
+	}
+	cfg := newConfig(opts)
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	tel, err := newTelemetry(&cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cbgrpc: New: creating metric instruments: %w", err)
+	}
+	b := &Breaker{c: c, cfg: cfg, tel: tel}
+	b.rec = newRecorder(b)
+	return b, nil
+}
+
+func mustNew(fn string, c coordinator.Coordinator, opts []Option) *Breaker {
+	b, err := New(c, opts...)
+	if err != nil {
+		panic(fmt.Sprintf("cbgrpc.%s: %v", fn, err))
+	}
+	return b
+}
+
+// Close stops the Breaker: it sends the outcomes still waiting, waits for
+// the coordinator calls it started, and returns once no goroutine of the
+// Breaker is left, or after 5 seconds with an error saying what was left
+// behind. Outcomes that cannot be sent by then are dropped and counted.
+// Calls made after Close run unprotected. Close is idempotent.
+func (b *Breaker) Close() error {
+	b.closeMu.Lock()
+	defer b.closeMu.Unlock()
+	if b.closeOK {
+		return b.closeEr
+	}
+	b.closeOK = true
+
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+
+	deadline := time.Now().Add(closeTimeout)
+	var errs []error
+	if !b.rec.stop(deadline) {
+		errs = append(errs, errors.New("recorder still sending"))
+	}
+	if !waitUntil(&b.admits, deadline) {
+		errs = append(errs, errors.New("admissions still waiting for the coordinator"))
+	}
+	if len(errs) > 0 {
+		b.closeEr = fmt.Errorf("cbgrpc: Close: after %v: %w", closeTimeout, errors.Join(errs...))
+	}
+	return b.closeEr
+}
+
+// waitUntil waits for wg until deadline and reports whether it finished.
+func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// enter registers an admission unless the Breaker is closed.
+func (b *Breaker) enter() bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return false
+	}
+	b.admits.Add(1)
+	return true
+}
+
+// ticket is an admitted call: what to do with its outcome.
+type ticket struct {
+	scope   string
+	verdict coordinator.Verdict
+	gen     uint64
+	claim   string
+	track   bool // false: the call runs without admission and its outcome is not recorded
+	start   time.Time
+}
+
+// scopeOf returns the scope of a call, "" when it is not protected.
+func (b *Breaker) scopeOf(ctx context.Context, target, method string) string {
+	if b.cfg.excluded.has(method) {
+		return ""
+	}
+	return b.cfg.scope(ctx, target, method)
+}
+
+// admit decides whether a call of scope runs. A nil error means it runs;
+// otherwise the error is the call's result: a rejection ([*OpenError]) or
+// the caller's own context error.
+func (b *Breaker) admit(ctx context.Context, scope string) (ticket, error) {
+	if !b.enter() {
+		return ticket{}, nil
+	}
+	defer b.admits.Done()
+
+	if !b.mayAsk() {
+		return b.decideWithout(ctx, scope, nil)
+	}
+	claim := uuid.NewString()
+	var d coordinator.Decision
+	err := b.call(ctx, scope, "admit", &b.admits, func(ctx context.Context) error {
+		var err error
+		d, err = b.c.Admit(ctx, scope, b.cfg.policy, claim)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			// The caller gave up: its call would have failed the same way,
+			// and the coordinator is not to blame.
+			b.trying.Store(false)
+			return ticket{}, status.FromContextError(ctx.Err()).Err()
+		}
+		b.failed()
+		return b.decideWithout(ctx, scope, err)
+	}
+	b.recovered()
+	b.remember(scope, d.State, d.RetryAfter)
+	if d.Transition != nil {
+		b.tel.transition(ctx, d.Transition, nil)
+	}
+	b.tel.decision(ctx, scope, d.Verdict, byCoordinator)
+	if d.Verdict == coordinator.Reject {
+		e := &OpenError{Scope: scope, State: d.State, RetryAfter: d.RetryAfter, Reason: rejectReason(d.State)}
+		rejected(ctx, e)
+		return ticket{}, e
+	}
+	return ticket{scope: scope, verdict: d.Verdict, gen: d.Generation, claim: claim, track: true, start: time.Now()}, nil
+}
+
+func rejectReason(s coordinator.State) string {
+	if s == coordinator.StateHalfOpen {
+		return "every probe slot is taken"
+	}
+	return "the dependency is failing"
+}
+
+// decideWithout decides a call while the coordinator is unavailable (cause
+// is its error, or nil during the back-off): a scope last seen not closed
+// is rejected, others follow the failure policy. There is deliberately no
+// local breaker to fall back on: it would be the per-replica breaker the
+// shared one replaces, at the worst moment.
+func (b *Breaker) decideWithout(ctx context.Context, scope string, cause error) (ticket, error) {
+	retry := b.backoffLeft()
+	var e *OpenError
+	by := byFailurePolicy
+	if k, ok := b.known.Load(scope); ok {
+		ks := k.(knownState)
+		retry = max(retry, time.Until(ks.retryAt))
+		by = byKnownState
+		e = &OpenError{Scope: scope, State: ks.state, RetryAfter: retry,
+			Reason: "coordinator unavailable and the scope was last seen " + ks.state.String()}
+	} else if b.cfg.failure == FailClosed {
+		e = &OpenError{Scope: scope, State: coordinator.StateClosed, RetryAfter: retry,
+			Reason: "coordinator unavailable (fail-closed)"}
+	}
+	verdict := coordinator.Allow
+	if e != nil {
+		verdict = coordinator.Reject
+	}
+	b.tel.decision(ctx, scope, verdict, by)
+	coordinatorFailure(ctx, scope, verdict, by, b.cfg.failure, cause)
+	if e != nil {
+		rejected(ctx, e)
+		return ticket{}, e
+	}
+	return ticket{}, nil
+}
+
+// remember keeps what the coordinator said about scope.
+func (b *Breaker) remember(scope string, s coordinator.State, retryAfter time.Duration) {
+	if s == coordinator.StateClosed {
+		b.known.Delete(scope)
+		return
+	}
+	b.known.Store(scope, knownState{state: s, retryAt: time.Now().Add(retryAfter)})
+}
+
+// rememberResult keeps what a Record or Settle said about scope. Their
+// results carry no RetryAfter: a fresh trip is open for about OpenFor, and
+// otherwise the estimate from the last admission stands.
+func (b *Breaker) rememberResult(scope string, res coordinator.Result) {
+	if res.State == coordinator.StateClosed {
+		b.known.Delete(scope)
+		return
+	}
+	ks := knownState{state: res.State}
+	if t := res.Transition; t != nil && t.To == coordinator.StateOpen {
+		ks.retryAt = time.Now().Add(b.cfg.policy.OpenFor)
+	} else if old, ok := b.known.Load(scope); ok {
+		ks.retryAt = old.(knownState).retryAt
+	}
+	b.known.Store(scope, ks)
+}
+
+// mayAsk reports whether a call may ask the coordinator: yes while it
+// works; during the back-off no; after it, one call at a time.
+func (b *Breaker) mayAsk() bool {
+	until := b.downUntil.Load()
+	if until == 0 {
+		return true
+	}
+	if time.Now().UnixNano() < until {
+		return false
+	}
+	return b.trying.CompareAndSwap(false, true)
+}
+
+func (b *Breaker) backoffLeft() time.Duration {
+	until := b.downUntil.Load()
+	if until == 0 {
+		return 0
+	}
+	return max(0, time.Until(time.Unix(0, until)))
+}
+
+func (b *Breaker) inBackoff() bool {
+	until := b.downUntil.Load()
+	return until != 0 && time.Now().UnixNano() < until
+}
+
+func (b *Breaker) failed() {
+	b.downUntil.Store(time.Now().Add(b.cfg.backoff).UnixNano())
+	b.trying.Store(false)
+}
+
+func (b *Breaker) recovered() {
+	if b.downUntil.Load() != 0 {
+		b.downUntil.Store(0)
+	}
+	b.trying.Store(false)
+}
+
+// call runs one coordinator operation within the coordinator timeout,
+// retrying it once on a transport error when time is left: every operation
+// is safe to repeat (the same claim, the same batch ID).
+func (b *Breaker) call(ctx context.Context, scope, op string, wg *sync.WaitGroup, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
+	defer cancel()
+	start := time.Now()
+	err := attempt(ctx, wg, f)
+	if err != nil && retryable(ctx, err) {
+		err = attempt(ctx, wg, f)
+	}
+	b.tel.coordinatorCall(ctx, scope, op, time.Since(start), err)
+	return err
+}
+
+// attempt runs f in a goroutine and stops waiting when ctx ends. A
+// coordinator may not honour the deadline (go-redis reads the socket with
+// its own ReadTimeout unless ContextTimeoutEnabled is set), and the bound
+// must hold anyway; the goroutine finishes on its own, counted in wg so
+// that Close can wait for it.
+func attempt(ctx context.Context, wg *sync.WaitGroup, f func(context.Context) error) error {
+	done := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		done <- f(ctx)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// retryable reports whether an error looks like a transport failure worth
+// one more try: not an invalid policy, and not the end of the time we had.
+func retryable(ctx context.Context, err error) bool {
+	return ctx.Err() == nil &&
+		!errors.Is(err, coordinator.ErrInvalidPolicy) &&
+		!errors.Is(err, context.DeadlineExceeded) &&
+		!errors.Is(err, context.Canceled)
+}
+
+func errorKind(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, coordinator.ErrInvalidPolicy):
+		return "invalid_policy"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return "error"
+}

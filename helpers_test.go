@@ -1,0 +1,382 @@
+package cbgrpc
+
+import (
+	"context"
+	"io"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+)
+
+// service is a TestService whose answers the test sets: every method
+// fails with err() when it is non-nil, and counts the calls that reached it.
+type service struct {
+	testgrpc.UnimplementedTestServiceServer
+	calls atomic.Int64
+	mu    sync.Mutex
+	fail  error
+}
+
+func (s *service) setErr(err error) {
+	s.mu.Lock()
+	s.fail = err
+	s.mu.Unlock()
+}
+
+func (s *service) err() error {
+	s.calls.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fail
+}
+
+func (s *service) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, error) {
+	if err := s.err(); err != nil {
+		return nil, err
+	}
+	return &testpb.Empty{}, nil
+}
+
+func (s *service) UnaryCall(context.Context, *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+	if err := s.err(); err != nil {
+		return nil, err
+	}
+	return &testpb.SimpleResponse{}, nil
+}
+
+func (s *service) StreamingOutputCall(_ *testpb.StreamingOutputCallRequest, st testgrpc.TestService_StreamingOutputCallServer) error {
+	if err := s.err(); err != nil {
+		return err
+	}
+	for range 2 {
+		if err := st.Send(&testpb.StreamingOutputCallResponse{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *service) StreamingInputCall(st testgrpc.TestService_StreamingInputCallServer) error {
+	failErr := s.err()
+	for {
+		if _, err := st.Recv(); err == io.EOF {
+			break
+		} else if err != nil {
+			return err
+		}
+	}
+	if failErr != nil {
+		return failErr
+	}
+	return st.SendAndClose(&testpb.StreamingInputCallResponse{})
+}
+
+// FullDuplexCall echoes one response per request until the client closes,
+// so a test can hold a stream open and end it however it likes.
+func (s *service) FullDuplexCall(st testgrpc.TestService_FullDuplexCallServer) error {
+	if err := s.err(); err != nil {
+		return err
+	}
+	for {
+		if _, err := st.Recv(); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if err := st.Send(&testpb.StreamingOutputCallResponse{}); err != nil {
+			return err
+		}
+	}
+}
+
+// serve starts srv on a loopback port and returns its address.
+func serve(t testing.TB, register func(*grpc.Server)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	register(s)
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	return lis.Addr().String()
+}
+
+func serveTest(t testing.TB, svc testgrpc.TestServiceServer) string {
+	return serve(t, func(s *grpc.Server) { testgrpc.RegisterTestServiceServer(s, svc) })
+}
+
+// dial connects to addr through b's interceptors.
+func dial(t testing.TB, addr string, b *Breaker, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	opts = append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(b.UnaryClientInterceptor()),
+		grpc.WithStreamInterceptor(b.StreamClientInterceptor()),
+	}, opts...)
+	cc, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// clock is a settable clock for the memory coordinator.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// tripPolicy trips on the first failure, so that tests need one call.
+func tripPolicy() coordinator.Policy {
+	p := coordinator.DefaultPolicy()
+	p.FailureRatio = 0
+	p.MinCalls = 0
+	p.ConsecutiveFailures = 1
+	p.Probes = 1
+	p.ProbeSuccesses = 1
+	p.MaxOpenFor = 0
+	return p
+}
+
+// mode says how a [testCoordinator] answers.
+type mode int32
+
+const (
+	modeOK    mode = iota
+	modeFail       // every operation fails at once with a transport error
+	modeBlock      // every operation blocks until released, ignoring its context (a paused Redis with a default go-redis client)
+)
+
+var errTransport = status.Error(codes.Unavailable, "test coordinator: connection refused")
+
+// testCoordinator wraps a coordinator, counting operations and failing or
+// blocking on demand.
+type testCoordinator struct {
+	coordinator.Coordinator
+	mode    atomic.Int32
+	release chan struct{}
+	once    sync.Once
+
+	admits, records, settles atomic.Int64
+	recorded, settled        atomic.Int64 // outcomes delivered
+	claims                   sync.Map     // claim -> admissions with it
+	batchIDs                 sync.Map     // batch ID -> Records with it
+	inflight, maxInflight    atomic.Int64 // concurrent Records
+	recordHook               func()
+
+	mu  sync.Mutex
+	got []coordinator.Outcome // every outcome delivered by Record or Settle
+}
+
+func (c *testCoordinator) outcomes() []coordinator.Outcome {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]coordinator.Outcome(nil), c.got...)
+}
+
+func newTestCoordinator(t testing.TB, c coordinator.Coordinator) *testCoordinator {
+	tc := &testCoordinator{Coordinator: c, release: make(chan struct{})}
+	t.Cleanup(tc.unblock)
+	return tc
+}
+
+func (c *testCoordinator) set(m mode) { c.mode.Store(int32(m)) }
+
+func (c *testCoordinator) unblock() { c.once.Do(func() { close(c.release) }) }
+
+func (c *testCoordinator) gate() error {
+	switch mode(c.mode.Load()) {
+	case modeFail:
+		return errTransport
+	case modeBlock:
+		<-c.release
+		return errTransport
+	}
+	return nil
+}
+
+func (c *testCoordinator) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
+	c.admits.Add(1)
+	n, _ := c.claims.LoadOrStore(claim, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
+	if err := c.gate(); err != nil {
+		return coordinator.Decision{}, err
+	}
+	return c.Coordinator.Admit(ctx, scope, p, claim)
+}
+
+func (c *testCoordinator) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
+	c.records.Add(1)
+	n, _ := c.batchIDs.LoadOrStore(coordinator.BatchID(ctx), new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
+	in := c.inflight.Add(1)
+	defer c.inflight.Add(-1)
+	for {
+		m := c.maxInflight.Load()
+		if in <= m || c.maxInflight.CompareAndSwap(m, in) {
+			break
+		}
+	}
+	if c.recordHook != nil {
+		c.recordHook()
+	}
+	if err := c.gate(); err != nil {
+		return coordinator.Result{}, err
+	}
+	c.recorded.Add(int64(len(outcomes)))
+	c.mu.Lock()
+	c.got = append(c.got, outcomes...)
+	c.mu.Unlock()
+	return c.Coordinator.Record(ctx, scope, p, outcomes)
+}
+
+func (c *testCoordinator) Settle(ctx context.Context, scope string, p coordinator.Policy, claim string, o coordinator.Outcome) (coordinator.Result, error) {
+	c.settles.Add(1)
+	if err := c.gate(); err != nil {
+		return coordinator.Result{}, err
+	}
+	c.settled.Add(1)
+	c.mu.Lock()
+	c.got = append(c.got, o)
+	c.mu.Unlock()
+	return c.Coordinator.Settle(ctx, scope, p, claim, o)
+}
+
+// eventually polls cond until it holds or 5s pass.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// state reads the scope's state from the coordinator.
+func state(t testing.TB, c coordinator.Coordinator, scope string, p coordinator.Policy) coordinator.State {
+	t.Helper()
+	s, err := c.Snapshot(context.Background(), scope, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.State
+}
+
+// newBreaker returns a Breaker that the test closes, checking that Close
+// leaves no goroutine of this package behind.
+func newBreaker(t testing.TB, c coordinator.Coordinator, opts ...Option) *Breaker {
+	t.Helper()
+	b, err := New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leakChecked.Lock()
+	if !leakChecked.m[t] {
+		leakChecked.m[t] = true
+		// Cleanups run last-in first-out: this one runs after every
+		// Breaker of the test is closed.
+		t.Cleanup(func() {
+			checkNoGoroutines(t)
+			leakChecked.Lock()
+			delete(leakChecked.m, t)
+			leakChecked.Unlock()
+		})
+	}
+	leakChecked.Unlock()
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return b
+}
+
+var leakChecked = struct {
+	sync.Mutex
+	m map[testing.TB]bool
+}{m: make(map[testing.TB]bool)}
+
+// checkNoGoroutines fails when a goroutine started by this package's
+// library code (not by its tests) is still running. Goroutines started by
+// Close's own waiting are given a moment to return.
+func checkNoGoroutines(t testing.TB) {
+	t.Helper()
+	var left []string
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		left = ourGoroutines()
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		t.Errorf("%d goroutines left after Close:\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+}
+
+func ourGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var ours []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		i := strings.Index(g, "\ncreated by github.com/cbgrpc/cbgrpc.")
+		if i < 0 {
+			continue
+		}
+		// The line after "created by" is the file that started it.
+		rest := g[i+1:]
+		lines := strings.SplitN(rest, "\n", 3)
+		if len(lines) > 1 && strings.Contains(lines[1], "_test.go") {
+			continue
+		}
+		ours = append(ours, g)
+	}
+	return ours
+}
+
+// memoryWith returns a memory coordinator on clk, wrapped for counting.
+func memoryWith(t testing.TB, clk *clock) (*memory.Coordinator, *testCoordinator) {
+	m := memory.New(memory.WithClock(clk.Now))
+	return m, newTestCoordinator(t, m)
+}

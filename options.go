@@ -1,0 +1,254 @@
+package cbgrpc
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// Option configures a [Breaker]. Options are made by the With* functions
+// of this package.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// FailurePolicy says what happens to a call of a scope not known to be open
+// while the coordinator cannot be reached. Scopes this process last saw open
+// or half-open are rejected whatever the policy.
+type FailurePolicy int
+
+const (
+	// FailOpen lets the call through, unprotected. The default: an
+	// unreachable coordinator is no evidence that the dependency is in
+	// trouble, and refusing every call would turn one outage into two.
+	FailOpen FailurePolicy = iota
+	// FailClosed rejects the call with [ErrOpen]: for calls where a burst
+	// of unprotected traffic to a dependency on the edge would cost more
+	// than refusing them.
+	FailClosed
+)
+
+func (p FailurePolicy) String() string {
+	switch p {
+	case FailOpen:
+		return "fail-open"
+	case FailClosed:
+		return "fail-closed"
+	}
+	return fmt.Sprintf("FailurePolicy(%d)", int(p))
+}
+
+const (
+	// DefaultCoordinatorTimeout bounds each admission. A Redis script call
+	// takes well under a millisecond in one zone, so 50ms is a hundred
+	// times the normal round trip and only fires when the coordinator is
+	// in trouble, while staying small beside the deadline of a typical RPC.
+	DefaultCoordinatorTimeout = 50 * time.Millisecond
+	// DefaultCoordinatorBackoff is how long calls decide without the
+	// coordinator after it failed: a dead coordinator then costs one
+	// timeout per second instead of one per call, and a recovered one is
+	// used again within a second.
+	DefaultCoordinatorBackoff = time.Second
+	// DefaultRecordInterval is the longest a successful outcome waits to be
+	// batched with others. Failures are sent at once.
+	DefaultRecordInterval = 100 * time.Millisecond
+	// DefaultQueueSize is how many outcomes may wait for the recorder
+	// before new ones are dropped.
+	DefaultQueueSize = 4096
+
+	// closeTimeout bounds Close. It exceeds go-redis's default ReadTimeout
+	// (3s) so that, with a default client, a coordinator call stuck on a
+	// paused Redis has returned before Close does.
+	closeTimeout = 5 * time.Second
+)
+
+type config struct {
+	policy         coordinator.Policy
+	scope          ScopeFunc
+	excluded       excluded
+	classifier     Classifier
+	failure        FailurePolicy
+	timeout        time.Duration
+	backoff        time.Duration
+	recordInterval time.Duration
+	queueSize      int
+	scopeInMetrics bool
+	tp             trace.TracerProvider
+	mp             metric.MeterProvider
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		policy:         coordinator.DefaultPolicy(),
+		scope:          ScopeByMethod,
+		excluded:       make(excluded),
+		classifier:     DefaultClassifier,
+		failure:        FailOpen,
+		timeout:        DefaultCoordinatorTimeout,
+		backoff:        DefaultCoordinatorBackoff,
+		recordInterval: DefaultRecordInterval,
+		queueSize:      DefaultQueueSize,
+	}
+	for _, m := range defaultExcluded {
+		c.excluded[m] = struct{}{}
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	// Read the globals late, so that a provider set after New is imported
+	// but before it is called is used.
+	if c.tp == nil {
+		c.tp = otel.GetTracerProvider()
+	}
+	if c.mp == nil {
+		c.mp = otel.GetMeterProvider()
+	}
+	return c
+}
+
+// validate reports the first setting that cannot work.
+func (c *config) validate() error {
+	if err := c.policy.Validate(); err != nil {
+		return fmt.Errorf("cbgrpc: WithPolicy: %w", err)
+	}
+	if c.failure != FailOpen && c.failure != FailClosed {
+		return fmt.Errorf("cbgrpc: WithCoordinatorFailure: unknown policy %d; use FailOpen or FailClosed", int(c.failure))
+	}
+	if c.timeout <= 0 {
+		return fmt.Errorf("cbgrpc: WithCoordinatorTimeout: must be positive, got %v", c.timeout)
+	}
+	if c.backoff < 0 {
+		return fmt.Errorf("cbgrpc: WithCoordinatorBackoff: must not be negative, got %v", c.backoff)
+	}
+	if c.recordInterval <= 0 {
+		return fmt.Errorf("cbgrpc: WithRecordInterval: must be positive, got %v", c.recordInterval)
+	}
+	if c.queueSize < 1 {
+		return fmt.Errorf("cbgrpc: WithQueueSize: must be at least 1, got %d", c.queueSize)
+	}
+	for m := range c.excluded {
+		if !strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 {
+			return fmt.Errorf("cbgrpc: WithExcludedMethods: %q is neither a full method (\"/pkg.Service/Method\") nor a service (\"/pkg.Service/\")", m)
+		}
+	}
+	return nil
+}
+
+var errNilCoordinator = errors.New("cbgrpc: New: coordinator is nil; pass memory.New() for one process or redis.New(client) for a fleet")
+
+// WithPolicy sets what trips the breaker and how it recovers, for every
+// scope of this Breaker. The default is [coordinator.DefaultPolicy]. An
+// invalid policy makes [New] fail with an error wrapping
+// [coordinator.ErrInvalidPolicy] that names the field.
+func WithPolicy(p coordinator.Policy) Option {
+	return optionFunc(func(c *config) { c.policy = p })
+}
+
+// WithScope sets how calls are grouped into breakers. The default is
+// [ScopeByMethod]; nil is ignored.
+func WithScope(f ScopeFunc) Option {
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.scope = f
+		}
+	})
+}
+
+// WithExcludedMethods leaves calls out of the breaker: they run without
+// admission and their outcomes are not recorded. Each entry is a full
+// method ("/pkg.Service/Method") or a whole service ("/pkg.Service/").
+// The health service (grpc.health.v1.Health) and server reflection are
+// always left out.
+func WithExcludedMethods(methods ...string) Option {
+	return optionFunc(func(c *config) {
+		for _, m := range methods {
+			c.excluded[m] = struct{}{}
+		}
+	})
+}
+
+// WithClassifier sets which call results count as failures. The default is
+// [DefaultClassifier]; nil is ignored.
+func WithClassifier(f Classifier) Option {
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.classifier = f
+		}
+	})
+}
+
+// WithCoordinatorFailure sets what happens to calls of scopes not known to
+// be open while the coordinator cannot be reached: [FailOpen] (the default)
+// or [FailClosed].
+func WithCoordinatorFailure(p FailurePolicy) Option {
+	return optionFunc(func(c *config) { c.failure = p })
+}
+
+// WithCoordinatorTimeout bounds how long a call waits for its admission,
+// and each Record or Settle. The default is [DefaultCoordinatorTimeout].
+// The bound holds even when the coordinator ignores context deadlines (a
+// go-redis client without ContextTimeoutEnabled): the call stops waiting
+// and the coordinator's answer, when it comes, is discarded.
+func WithCoordinatorTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.timeout = d })
+}
+
+// WithCoordinatorBackoff sets how long calls skip the coordinator after it
+// failed or timed out, deciding by the failure policy instead. After the
+// back-off one call asks the coordinator again. The default is
+// [DefaultCoordinatorBackoff]; zero asks again at once.
+func WithCoordinatorBackoff(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.backoff = d })
+}
+
+// WithRecordInterval sets how long successful outcomes may wait to be sent
+// together. A failure is sent as soon as no other Record of its scope is in
+// flight. The default is [DefaultRecordInterval].
+func WithRecordInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.recordInterval = d })
+}
+
+// WithQueueSize sets how many outcomes may wait for the recorder; beyond
+// it, outcomes are dropped and counted. The default is [DefaultQueueSize].
+func WithQueueSize(n int) Option {
+	return optionFunc(func(c *config) { c.queueSize = n })
+}
+
+// WithScopeInMetrics adds the scope as the attribute cbgrpc.scope to every
+// metric. Off by default: the number of scopes is in the user's hands
+// (a scope per method of every target), and each one multiplies the
+// number of time series.
+func WithScopeInMetrics() Option {
+	return optionFunc(func(c *config) { c.scopeInMetrics = true })
+}
+
+// WithTracerProvider sets where transition spans go. The default is the
+// global provider (otel.GetTracerProvider); nil is ignored.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) {
+		if tp != nil {
+			c.tp = tp
+		}
+	})
+}
+
+// WithMeterProvider sets where metrics go. The default is the global
+// provider (otel.GetMeterProvider); nil is ignored.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) {
+		if mp != nil {
+			c.mp = mp
+		}
+	})
+}

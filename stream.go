@@ -1,0 +1,108 @@
+package cbgrpc
+
+import (
+	"context"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// Stream returns the stream client interceptor of a new Breaker over c, for
+// the dial-option one-liner. It panics with a message naming the option
+// when an option cannot work; use [New] to get the error instead, and to
+// share one Breaker (and its Close) between unary and stream calls.
+func Stream(c coordinator.Coordinator, opts ...Option) grpc.StreamClientInterceptor {
+	return mustNew("Stream", c, opts).StreamClientInterceptor()
+}
+
+// StreamClientInterceptor returns the interceptor that protects streams.
+// A stream is admitted when it is created and its outcome is taken once,
+// when it ends, whichever way it ends: the stream fails to start, RecvMsg
+// returns io.EOF or an error, RecvMsg returns the only response of a
+// method that is not server-streaming, Header fails, SendMsg fails with
+// anything but io.EOF, or the caller's context ends. Closing the send side
+// is not the end. A stream abandoned without cancelling its context never
+// ends: its outcome is never recorded, and if it was a probe its lease
+// frees the slot.
+func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		scope := b.scopeOf(ctx, target(cc), method)
+		if scope == "" {
+			return streamer(ctx, desc, cc, method, opts...)
+		}
+		t, err := b.admit(ctx, scope)
+		if err != nil {
+			return nil, err
+		}
+		if !t.track {
+			return streamer(ctx, desc, cc, method, opts...)
+		}
+		end := &streamEnd{b: b, ctx: ctx, t: t, method: method}
+		// gRPC calls OnFinish exactly when the RPC ends, including when the
+		// caller's context ends; the wrapper below catches the ends that
+		// an interceptor further down may produce without the RPC ending.
+		opts = append(opts[:len(opts):len(opts)], grpc.OnFinish(end.done))
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil {
+			end.done(err)
+			return nil, err
+		}
+		return &clientStream{ClientStream: cs, serverStreams: desc.ServerStreams, end: end}, nil
+	}
+}
+
+// streamEnd takes a stream's outcome once.
+type streamEnd struct {
+	once   sync.Once
+	b      *Breaker
+	ctx    context.Context
+	t      ticket
+	method string
+}
+
+func (e *streamEnd) done(err error) {
+	e.once.Do(func() { e.b.finish(e.ctx, e.t, e.method, err) })
+}
+
+type clientStream struct {
+	grpc.ClientStream
+	serverStreams bool
+	end           *streamEnd
+}
+
+func (s *clientStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	switch {
+	case err == io.EOF:
+		s.end.done(nil)
+	case err != nil:
+		s.end.done(err)
+	case !s.serverStreams:
+		// The one response of a unary-response method: the RPC is over
+		// and succeeded.
+		s.end.done(nil)
+	}
+	return err
+}
+
+func (s *clientStream) SendMsg(m any) error {
+	err := s.ClientStream.SendMsg(m)
+	// io.EOF means the stream ended elsewhere; its status comes from
+	// RecvMsg.
+	if err != nil && err != io.EOF {
+		s.end.done(err)
+	}
+	return err
+}
+
+func (s *clientStream) Header() (md metadata.MD, err error) {
+	md, err = s.ClientStream.Header()
+	if err != nil {
+		s.end.done(err)
+	}
+	return md, err
+}
