@@ -1,0 +1,18 @@
+package redis
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// keys are a scope's keys, in the order the scripts take them.
+type keys [4]string
+
+// scopeKeys names the keys of scope. The hash tag is a digest of the
+// scope, so that any bytes (braces included) and any length make a short,
+// valid tag, and the full SHA-256 keeps two scopes from sharing a key.
+func scopeKeys(prefix, scope string) keys {
+	sum := sha256.Sum256([]byte(scope))
+	base := prefix + "{" + hex.EncodeToString(sum[:]) + "}:"
+	return keys{base + "s", base + "w", base + "p", base + "b"}
+}

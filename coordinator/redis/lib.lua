@@ -1,0 +1,168 @@
+-- lib.lua: shared by every script; the Go side prepends it to each one, so
+-- each operation stays a single EVALSHA.
+--
+-- KEYS (every script): 1 state hash, 2 window hash, 3 probe leases hash,
+--   4 recent batch IDs list. All share one hash tag: one cluster slot.
+-- ARGV (every script): 1 now in ms ('' = the server's TIME), 2 bucket width
+--   in ms, 3 buckets. Writing scripts add: 4 a fresh random generation
+--   (1..2^44) for lost state, 5 the readable scope, 6 the GC margin in ms.
+--
+-- State hash fields: st (0 closed, 1 open, 2 half-open), g generation,
+-- oa opened at, of current open period, ou open until, cf consecutive
+-- failures, ps probe successes, exp (closed only) when every bucket the
+-- generation wrote has left the window, scope (for operators).
+-- Window hash: g = the generation its buckets belong to, and one field per
+-- bucket index holding "calls failures slow".
+-- Leases hash: claim -> deadline in ms; a deadline, never a key TTL.
+
+local KS, KW, KP, KB = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local CLOSED, OPEN, HALF = 0, 1, 2
+
+-- Lua numbers are doubles; %d keeps integers below 2^53 exact and never
+-- writes them in scientific notation (tostring would past 14 digits).
+local function int(n)
+  return string.format('%d', n)
+end
+
+local function clock(arg)
+  if arg ~= '' then
+    return tonumber(arg)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local NOW = clock(ARGV[1])
+local WIDTH = tonumber(ARGV[2])
+local NB = tonumber(ARGV[3])
+local IDX = math.floor(NOW / WIDTH)
+
+-- HDEL in chunks: unpack of a long list would overflow Lua's C stack.
+local function hdel(key, fields)
+  for i = 1, #fields, 500 do
+    redis.call('HDEL', key, unpack(fields, i, math.min(i + 499, #fields)))
+  end
+end
+
+local function live(bi)
+  return bi > IDX - NB and bi <= IDX
+end
+
+local function parse_bucket(v)
+  local c, f, s = string.match(v, '^(%d+) (%d+) (%d+)$')
+  return tonumber(c), tonumber(f), tonumber(s)
+end
+
+-- window reads the window hash: its generation label, the raw fields.
+local function window()
+  local raw = redis.call('HGETALL', KW)
+  local label = false
+  local fields = {}
+  for i = 1, #raw, 2 do
+    if raw[i] == 'g' then
+      label = raw[i + 1]
+    else
+      fields[#fields + 1] = {tonumber(raw[i]), raw[i + 1], raw[i]}
+    end
+  end
+  return label, fields
+end
+
+local function fresh(g)
+  return {st = CLOSED, g = g, oa = 0, of = 0, ou = 0, cf = 0, ps = 0, exp = 0, fresh = true}
+end
+
+local function ttl(s)
+  return s.exp - NOW + tonumber(ARGV[6])
+end
+
+-- save writes the whole state. A fresh state replaces whatever the scope's
+-- keys held before (an expired generation's leftovers).
+local function save(s)
+  if s.fresh then
+    redis.call('DEL', KW, KP, KB)
+    redis.call('HSET', KS, 'scope', ARGV[5])
+    s.fresh = false
+  end
+  redis.call('HSET', KS, 'st', s.st, 'g', int(s.g), 'oa', int(s.oa), 'of', int(s.of),
+    'ou', int(s.ou), 'cf', s.cf, 'ps', s.ps, 'exp', int(s.exp))
+  if s.st == CLOSED then
+    -- Garbage collection only: decisions use exp. The state outlives
+    -- every bucket it labels, so it never expires before its window.
+    local ms = ttl(s)
+    redis.call('PEXPIRE', KS, ms)
+    redis.call('PEXPIRE', KB, ms)
+  else
+    -- Open and half-open state never expires: losing it would admit
+    -- everything.
+    redis.call('PERSIST', KS)
+    redis.call('PERSIST', KB)
+  end
+end
+
+-- load reads the scope's state as of NOW. A closed state whose window has
+-- run out reads as a fresh scope (generation 0). A missing state while the
+-- window still holds a live bucket is lost state: it restarts closed in a
+-- generation no surviving data carries, persisted when write is true (a
+-- read-only caller sees generation 0 and no counts).
+local function load(write)
+  local v = redis.call('HMGET', KS, 'st', 'g', 'oa', 'of', 'ou', 'cf', 'ps', 'exp')
+  if v[1] then
+    local s = {st = tonumber(v[1]), g = tonumber(v[2]), oa = tonumber(v[3]), of = tonumber(v[4]),
+      ou = tonumber(v[5]), cf = tonumber(v[6]), ps = tonumber(v[7]), exp = tonumber(v[8])}
+    if s.st == CLOSED and s.exp <= NOW then
+      return fresh(0)
+    end
+    return s
+  end
+  if not write then
+    return fresh(0)
+  end
+  local label, fields = window()
+  for _, f in ipairs(fields) do
+    if live(f[1]) then
+      local g = tonumber(ARGV[4])
+      if label and int(g) == label then
+        g = g + 1
+      end
+      local s = fresh(g)
+      s.exp = (IDX + NB) * WIDTH
+      save(s)
+      return s
+    end
+  end
+  return fresh(0)
+end
+
+-- state_now is the state as of NOW: an open breaker whose period ended
+-- reads half-open without changing anything.
+local function state_now(s)
+  if s.st == OPEN and NOW >= s.ou then
+    return HALF
+  end
+  return s.st
+end
+
+-- open starts an open period in a new generation; the old window and every
+-- probe lease belong to the old one.
+local function open(s, period)
+  s.st = OPEN
+  s.g = s.g + 1
+  s.oa = NOW
+  s.of = period
+  s.ou = NOW + period
+  s.cf = 0
+  s.ps = 0
+  save(s)
+  redis.call('DEL', KW, KP)
+end
+
+-- result is the reply of Record and Settle:
+-- {state as of now, generation, stale, now, from, to, generation after, reason}
+-- with from = -1 when nothing moved.
+local function result(s, stale, tr)
+  if tr then
+    return {state_now(s), s.g, stale, NOW, tr[1], tr[2], tr[3], tr[4]}
+  end
+  return {state_now(s), s.g, stale, NOW, -1, -1, 0, ''}
+end

@@ -1,0 +1,332 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
+	"github.com/cbgrpc/cbgrpc/internal/redistest"
+)
+
+// clock is a fake clock for tests that must not sleep.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: time.UnixMilli(1_800_000_000_000)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// tripPolicy trips on two failures in a row and probes with two slots.
+func tripPolicy() coordinator.Policy {
+	return coordinator.Policy{
+		Window:              10 * time.Second,
+		Buckets:             10,
+		ConsecutiveFailures: 2,
+		OpenFor:             time.Second,
+		Probes:              2,
+		ProbeLease:          time.Second,
+		ProbeSuccesses:      2,
+	}
+}
+
+func failures(gen uint64, n int) []coordinator.Outcome {
+	os := make([]coordinator.Outcome, n)
+	for i := range os {
+		os[i] = coordinator.Outcome{Generation: gen, Failure: true}
+	}
+	return os
+}
+
+// scopeKeys lists the keys holding scope's data, found by the readable
+// scope stored in the state hash.
+func scopeKeys(t *testing.T, rdb goredis.UniversalClient, prefix string) []string {
+	t.Helper()
+	keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+func TestOpenStateNeverExpires(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	c := cbredis.New(rdb)
+	p := tripPolicy()
+	batch := coordinator.WithBatchID(ctx, "b1")
+	if _, err := c.Record(batch, "s", p, []coordinator.Outcome{{Generation: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Record(ctx, "s", p, failures(0, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Transition == nil || res.Transition.To != coordinator.StateOpen {
+		t.Fatalf("Record = %+v, want a trip", res)
+	}
+	keys := scopeKeys(t, rdb, cbredis.DefaultPrefix)
+	if len(keys) == 0 {
+		t.Fatal("no keys after a trip")
+	}
+	for _, k := range keys {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl != -1*time.Nanosecond && ttl != -1*time.Millisecond {
+			t.Errorf("PTTL %s = %v after the breaker opened, want none", k, ttl)
+		}
+	}
+}
+
+func TestIdleClosedScopeLeavesNoKeys(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	c := cbredis.New(rdb) // real time: this is about Redis expiring keys
+	p := tripPolicy()
+	p.Window, p.Buckets = 200*time.Millisecond, 4
+	if _, err := c.Record(coordinator.WithBatchID(ctx, "b1"), "s", p, []coordinator.Outcome{{Generation: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(scopeKeys(t, rdb, cbredis.DefaultPrefix)); n == 0 {
+		t.Fatal("Record wrote no keys")
+	}
+	deadline := time.Now().Add(p.Window + 5*time.Second)
+	for len(scopeKeys(t, rdb, cbredis.DefaultPrefix)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("keys left after the window and margin: %v", scopeKeys(t, rdb, cbredis.DefaultPrefix))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestLostStateCountsNoOldOutcome(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	clk := newClock()
+	c := cbredis.New(rdb, cbredis.WithClock(clk.Now))
+	p := tripPolicy()
+	p.ConsecutiveFailures = 3
+	if _, err := c.Record(ctx, "s", p, failures(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	// Lose the state hash alone, as an eviction would.
+	for _, k := range scopeKeys(t, rdb, cbredis.DefaultPrefix) {
+		if strings.HasSuffix(k, ":s") {
+			rdb.Del(ctx, k)
+		}
+	}
+	res, err := c.Record(ctx, "s", p, failures(0, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stale != 3 || res.Generation == 0 || res.Transition != nil {
+		t.Fatalf("Record after losing the state = %+v, want 3 stale in a new generation", res)
+	}
+	s, err := c.Snapshot(ctx, "s", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Generation != res.Generation || s.Calls != 0 || s.ConsecutiveFailures != 0 {
+		t.Fatalf("Snapshot = %+v, want generation %d and no counts", s, res.Generation)
+	}
+	d, err := c.Admit(ctx, "s", p, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Generation != res.Generation {
+		t.Fatalf("Admit generation = %d, want %d", d.Generation, res.Generation)
+	}
+}
+
+func TestWrongTypeIsAnError(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	c := cbredis.New(rdb)
+	p := tripPolicy()
+	if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range scopeKeys(t, rdb, cbredis.DefaultPrefix) {
+		rdb.Del(ctx, k)
+		rdb.Set(ctx, k, "garbage", 0)
+	}
+	ops := map[string]func() error{
+		"admit":    func() error { _, err := c.Admit(ctx, "s", p, "c"); return err },
+		"record":   func() error { _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{}}); return err },
+		"settle":   func() error { _, err := c.Settle(ctx, "s", p, "c", coordinator.Outcome{}); return err },
+		"snapshot": func() error { _, err := c.Snapshot(ctx, "s", p); return err },
+	}
+	for op, f := range ops {
+		err := f()
+		if err == nil {
+			t.Errorf("%s over a string key: no error", op)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, op+` "s"`) || !strings.Contains(msg, "WRONGTYPE") {
+			t.Errorf("%s: error %q names neither the operation and scope nor the cause", op, msg)
+		}
+	}
+}
+
+func TestInvalidPolicyIsAnError(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	c := cbredis.New(rdb)
+	_, err := c.Admit(context.Background(), "s", coordinator.Policy{}, "c")
+	if !errors.Is(err, coordinator.ErrInvalidPolicy) {
+		t.Fatalf("Admit with a zero policy: %v, want ErrInvalidPolicy", err)
+	}
+}
+
+func TestPrefixKeepsDeploymentsApart(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	a, b := cbredis.New(rdb, cbredis.WithPrefix("a:")), cbredis.New(rdb, cbredis.WithPrefix("b:"))
+	p := tripPolicy()
+	if _, err := a.Record(ctx, "s", p, failures(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.Snapshot(ctx, "s", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.State != coordinator.StateClosed {
+		t.Fatalf("prefix b: %v, want closed: a's trip leaked", s.State)
+	}
+	if len(scopeKeys(t, rdb, "a:")) == 0 {
+		t.Fatal("no keys under prefix a:")
+	}
+}
+
+func TestPrefixWithBracePanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("New with prefix \"x{\" did not panic")
+		}
+	}()
+	cbredis.New(goredis.NewClient(&goredis.Options{}), cbredis.WithPrefix("x{"))
+}
+
+// TestConcurrentHalfOpen hammers one half-open scope from 32 clients: at
+// no moment do more than Probes claims hold a slot. The clock stands still,
+// so no lease runs out and a slot is free only once its holder settles.
+func TestConcurrentHalfOpen(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	clk := newClock()
+	p := tripPolicy()
+	p.Probes, p.ProbeSuccesses = 3, 1 << 20
+	setup := cbredis.New(srv.Client(t), cbredis.WithClock(clk.Now))
+	if _, err := setup.Record(ctx, "s", p, failures(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(p.OpenFor)
+
+	var (
+		held, maxHeld, probes atomic.Int64
+		wg                    sync.WaitGroup
+	)
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := cbredis.New(srv.Client(t), cbredis.WithClock(clk.Now))
+			for i := range 40 {
+				claim := fmt.Sprintf("g%d-%d", g, i)
+				d, err := c.Admit(ctx, "s", p, claim)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Verdict != coordinator.Probe {
+					continue
+				}
+				probes.Add(1)
+				n := held.Add(1)
+				for m := maxHeld.Load(); n > m && !maxHeld.CompareAndSwap(m, n); m = maxHeld.Load() {
+				}
+				// A retried admission holds the same slot.
+				if d2, err := c.Admit(ctx, "s", p, claim); err != nil || d2.Verdict != coordinator.Probe {
+					t.Errorf("re-admitting %s: %+v, %v; want Probe", claim, d2, err)
+				}
+				// Count the slot free before Redis frees it, so that the
+				// count never runs behind Redis.
+				held.Add(-1)
+				res, err := c.Settle(ctx, "s", p, claim, coordinator.Outcome{Generation: d.Generation})
+				if err != nil || res.Stale != 0 {
+					t.Errorf("settle %s: %+v, %v", claim, res, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if maxHeld.Load() > int64(p.Probes) {
+		t.Fatalf("%d probe slots held at once, want at most %d", maxHeld.Load(), p.Probes)
+	}
+	if probes.Load() < int64(p.Probes) {
+		t.Fatalf("only %d probes admitted", probes.Load())
+	}
+	snap, err := setup.Snapshot(ctx, "s", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.ProbesInFlight != 0 || snap.ProbeSuccesses != int(probes.Load()) {
+		t.Fatalf("snapshot %+v after %d settled probes", snap, probes.Load())
+	}
+}
+
+// TestConcurrentTripOnce sends failures from 32 clients at once: exactly
+// one Record reports the closed->open transition.
+func TestConcurrentTripOnce(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	p := tripPolicy()
+	p.ConsecutiveFailures = 0
+	p.MinCalls, p.FailureRatio = 10, 0.5
+	var trips, recorded atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := cbredis.New(srv.Client(t))
+			for range 5 {
+				res, err := c.Record(ctx, "s", p, failures(0, 1))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Stale == 0 {
+					recorded.Add(1)
+				}
+				if tr := res.Transition; tr != nil {
+					if tr.From != coordinator.StateClosed || tr.To != coordinator.StateOpen {
+						t.Errorf("transition %v -> %v", tr.From, tr.To)
+					}
+					trips.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if trips.Load() != 1 || recorded.Load() != int64(p.MinCalls) {
+		t.Fatalf("%d trips after %d counted outcomes, want 1 after %d", trips.Load(), recorded.Load(), p.MinCalls)
+	}
+}
