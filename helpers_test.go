@@ -18,6 +18,12 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
@@ -186,6 +192,10 @@ type testCoordinator struct {
 	coordinator.Coordinator
 	mode    atomic.Int32
 	release chan struct{}
+	// failNext fails this many operations before mode applies;
+	// failRecords fails every Record and Settle whatever the mode.
+	failNext    atomic.Int32
+	failRecords atomic.Bool
 	once    sync.Once
 
 	admits, records, settles atomic.Int64
@@ -216,6 +226,15 @@ func (c *testCoordinator) set(m mode) { c.mode.Store(int32(m)) }
 func (c *testCoordinator) unblock() { c.once.Do(func() { close(c.release) }) }
 
 func (c *testCoordinator) gate() error {
+	for {
+		n := c.failNext.Load()
+		if n <= 0 {
+			break
+		}
+		if c.failNext.CompareAndSwap(n, n-1) {
+			return errTransport
+		}
+	}
 	switch mode(c.mode.Load()) {
 	case modeFail:
 		return errTransport
@@ -251,6 +270,9 @@ func (c *testCoordinator) Record(ctx context.Context, scope string, p coordinato
 	if c.recordHook != nil {
 		c.recordHook()
 	}
+	if c.failRecords.Load() {
+		return coordinator.Result{}, errTransport
+	}
 	if err := c.gate(); err != nil {
 		return coordinator.Result{}, err
 	}
@@ -263,6 +285,9 @@ func (c *testCoordinator) Record(ctx context.Context, scope string, p coordinato
 
 func (c *testCoordinator) Settle(ctx context.Context, scope string, p coordinator.Policy, claim string, o coordinator.Outcome) (coordinator.Result, error) {
 	c.settles.Add(1)
+	if c.failRecords.Load() {
+		return coordinator.Result{}, errTransport
+	}
 	if err := c.gate(); err != nil {
 		return coordinator.Result{}, err
 	}
@@ -379,4 +404,94 @@ func ourGoroutines() []string {
 func memoryWith(t testing.TB, clk *clock) (*memory.Coordinator, *testCoordinator) {
 	m := memory.New(memory.WithClock(clk.Now))
 	return m, newTestCoordinator(t, m)
+}
+
+// metrics reads what a Breaker measured.
+type metrics struct {
+	reader *sdkmetric.ManualReader
+	mp     *sdkmetric.MeterProvider
+}
+
+func newMetrics() *metrics {
+	r := sdkmetric.NewManualReader()
+	return &metrics{reader: r, mp: sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))}
+}
+
+// sum adds up the counter name over the points whose attributes include
+// every one of attrs.
+func (m *metrics) sum(t testing.TB, name string, attrs ...attribute.KeyValue) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := m.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			if mt.Name != name {
+				continue
+			}
+			data, ok := mt.Data.(metricdata.Sum[int64])
+			if !ok {
+				t.Fatalf("%s is %T, not an int64 sum", name, mt.Data)
+			}
+		points:
+			for _, dp := range data.DataPoints {
+				for _, a := range attrs {
+					if v, ok := dp.Attributes.Value(a.Key); !ok || v != a.Value {
+						continue points
+					}
+				}
+				total += dp.Value
+			}
+		}
+	}
+	return total
+}
+
+// tracing records the spans of one tracer provider.
+type tracing struct {
+	rec *tracetest.SpanRecorder
+	tp  *sdktrace.TracerProvider
+}
+
+func newTracing() *tracing {
+	rec := tracetest.NewSpanRecorder()
+	return &tracing{rec: rec, tp: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))}
+}
+
+// transitions returns the ended transition spans from -> to.
+func (tr *tracing) transitions(from, to coordinator.State) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range tr.rec.Ended() {
+		if s.Name() != spanTransition {
+			continue
+		}
+		var f, tt string
+		for _, a := range s.Attributes() {
+			switch a.Key {
+			case attrFrom:
+				f = a.Value.AsString()
+			case attrTo:
+				tt = a.Value.AsString()
+			}
+		}
+		if f == from.String() && tt == to.String() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// events returns the events named name of the ended spans.
+func (tr *tracing) events(name string) []sdktrace.Event {
+	var out []sdktrace.Event
+	for _, s := range tr.rec.Ended() {
+		for _, e := range s.Events() {
+			if e.Name == name {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
 }

@@ -1,0 +1,315 @@
+package cbgrpc
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// TestCoordinatorDown checks the rules of DESIGN.md section 5 for each
+// failure policy: a scope last seen open is rejected whatever the policy;
+// a scope never seen open follows it.
+func TestCoordinatorDown(t *testing.T) {
+	for _, policy := range []FailurePolicy{FailOpen, FailClosed} {
+		t.Run(policy.String(), func(t *testing.T) {
+			_, tc := memoryWith(t, newClock())
+			tr := newTracing()
+			mt := newMetrics()
+			p := tripPolicy()
+			b := newBreaker(t, tc, WithPolicy(p), WithCoordinatorFailure(policy), WithTracerProvider(tr.tp), WithMeterProvider(mt.mp))
+			svc := &service{}
+			cc := dial(t, serveTest(t, svc), b)
+			client := testgrpc.NewTestServiceClient(cc)
+			bg := context.Background()
+			tripped := ScopeByMethod(bg, cc.Target(), "/grpc.testing.TestService/EmptyCall")
+
+			svc.setErr(status.Error(codes.Unavailable, "down"))
+			client.EmptyCall(bg, &testpb.Empty{})
+			eventually(t, "the Breaker to learn the scope is open", func() bool { _, ok := b.known.Load(tripped); return ok })
+			svc.setErr(nil)
+
+			tc.set(modeFail)
+			reached := svc.calls.Load()
+			ctx, span := tr.tp.Tracer("test").Start(bg, "caller")
+			_, err := client.EmptyCall(ctx, &testpb.Empty{})
+			span.End()
+			if !errors.Is(err, ErrOpen) || !strings.Contains(err.Error(), "coordinator unavailable") {
+				t.Errorf("known-open scope while the coordinator is down: %v, want ErrOpen naming the coordinator", err)
+			}
+			if svc.calls.Load() != reached {
+				t.Errorf("the rejected call reached the server")
+			}
+			if got := len(tr.events(eventCoordinatorFailure)); got != 1 {
+				t.Errorf("%d coordinator-failure events on the caller's span, want 1", got)
+			}
+			if got := len(tr.events(eventRejected)); got != 1 {
+				t.Errorf("%d rejection events on the caller's span, want 1", got)
+			}
+
+			// Another method: a scope this process never saw open.
+			_, err = client.UnaryCall(bg, &testpb.SimpleRequest{})
+			switch policy {
+			case FailOpen:
+				if err != nil {
+					t.Errorf("unknown scope, fail-open: %v, want the call to go through", err)
+				}
+			case FailClosed:
+				if !errors.Is(err, ErrOpen) {
+					t.Errorf("unknown scope, fail-closed: %v, want ErrOpen", err)
+				}
+			}
+			if got := mt.sum(t, "cbgrpc.decisions", attrSource.String(byKnownState), attrVerdict.String("reject")); got != 1 {
+				t.Errorf("decisions by known state = %d, want 1", got)
+			}
+			if got := mt.sum(t, "cbgrpc.decisions", attrSource.String(byFailurePolicy)); got != 1 {
+				t.Errorf("decisions by failure policy = %d, want 1", got)
+			}
+		})
+	}
+}
+
+// TestKnownScopeForgottenWhenSeenClosed: once the coordinator says a scope
+// is closed again, a coordinator outage treats it as any other scope.
+func TestKnownScopeForgottenWhenSeenClosed(t *testing.T) {
+	clk := newClock()
+	_, tc := memoryWith(t, clk)
+	p := tripPolicy()
+	b := newBreaker(t, tc, WithPolicy(p))
+	svc := &service{}
+	cc := dial(t, serveTest(t, svc), b)
+	client := testgrpc.NewTestServiceClient(cc)
+	bg := context.Background()
+	scope := ScopeByMethod(bg, cc.Target(), "/grpc.testing.TestService/EmptyCall")
+
+	svc.setErr(status.Error(codes.Unavailable, "down"))
+	client.EmptyCall(bg, &testpb.Empty{})
+	eventually(t, "open", func() bool { _, ok := b.known.Load(scope); return ok })
+	svc.setErr(nil)
+	clk.Add(p.OpenFor)
+	if _, err := client.EmptyCall(bg, &testpb.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "closed", func() bool { _, ok := b.known.Load(scope); return !ok })
+	tc.set(modeFail)
+	if _, err := client.EmptyCall(bg, &testpb.Empty{}); err != nil {
+		t.Errorf("closed scope, coordinator down, fail-open: %v", err)
+	}
+}
+
+// TestCompletedCallNeverFailsBecauseRecordingFailed: Record and Settle fail
+// or hang, and calls still return their own result, at once.
+func TestCompletedCallNeverFailsBecauseRecordingFailed(t *testing.T) {
+	_, tc := memoryWith(t, newClock())
+	defer tc.unblock()
+	mt := newMetrics()
+	b := newBreaker(t, tc, WithMeterProvider(mt.mp), WithCoordinatorBackoff(time.Millisecond))
+	svc := &service{}
+	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, svc), b))
+	tc.failRecords.Store(true)
+	for i := range 20 {
+		if i == 10 {
+			svc.setErr(status.Error(codes.NotFound, "no such thing"))
+		}
+		_, err := client.EmptyCall(context.Background(), &testpb.Empty{})
+		if i < 10 && err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if i >= 10 && status.Code(err) != codes.NotFound {
+			t.Fatalf("call %d: %v, want the server's NotFound", i, err)
+		}
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := mt.sum(t, "cbgrpc.outcomes.dropped"); got != 20 {
+		t.Errorf("dropped outcomes = %d, want 20", got)
+	}
+}
+
+// TestAdmitRetriedOnceWithSameClaim: a transport error is retried once,
+// with the same claim, so a lost answer cannot take a second probe slot.
+func TestAdmitRetriedOnceWithSameClaim(t *testing.T) {
+	_, tc := memoryWith(t, newClock())
+	b := newBreaker(t, tc)
+	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, &service{}), b))
+	tc.failNext.Store(1)
+	if _, err := client.EmptyCall(context.Background(), &testpb.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := tc.admits.Load(); got != 2 {
+		t.Errorf("Admit called %d times, want 2 (one retry)", got)
+	}
+	claims := 0
+	tc.claims.Range(func(_, n any) bool {
+		claims++
+		return true
+	})
+	if claims != 1 {
+		t.Errorf("%d claims for one call, want 1", claims)
+	}
+	if b.downUntil.Load() != 0 {
+		t.Errorf("a retried success put the coordinator in back-off")
+	}
+
+	// Two transport errors: retried once, then the failure policy decides.
+	tc.failNext.Store(2)
+	before := tc.admits.Load()
+	if _, err := client.EmptyCall(context.Background(), &testpb.Empty{}); err != nil {
+		t.Fatalf("fail-open: %v", err)
+	}
+	if got := tc.admits.Load() - before; got != 2 {
+		t.Errorf("Admit called %d times, want 2", got)
+	}
+}
+
+// TestAdmissionBoundedWhenCoordinatorIgnoresDeadline: a coordinator that
+// hangs regardless of its context (a paused Redis behind a default go-redis
+// client) costs a call at most the coordinator timeout, is not retried, and
+// then the back-off spares the following calls.
+func TestAdmissionBoundedWhenCoordinatorIgnoresDeadline(t *testing.T) {
+	_, tc := memoryWith(t, newClock())
+	defer tc.unblock()
+	const timeout = 50 * time.Millisecond
+	b := newBreaker(t, tc, WithCoordinatorTimeout(timeout), WithCoordinatorBackoff(time.Hour))
+	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, &service{}), b))
+	client.EmptyCall(context.Background(), &testpb.Empty{}) // connect
+
+	tc.set(modeBlock)
+	start := time.Now()
+	if _, err := client.EmptyCall(context.Background(), &testpb.Empty{}); err != nil {
+		t.Fatalf("fail-open call: %v", err)
+	}
+	if d := time.Since(start); d > timeout+250*time.Millisecond {
+		t.Errorf("call took %v with a hung coordinator, want about %v", d, timeout)
+	}
+	start = time.Now()
+	for range 10 {
+		client.EmptyCall(context.Background(), &testpb.Empty{})
+	}
+	if d := time.Since(start); d > timeout {
+		t.Errorf("10 calls during the back-off took %v, want them not to wait for the coordinator", d)
+	}
+	if got := tc.admits.Load(); got != 2 {
+		t.Errorf("Admit called %d times, want 2 (the connect, the timed-out one; no retry, none in back-off)", got)
+	}
+	tc.unblock()
+}
+
+// TestBackoffBoundsDeadCoordinatorCost measures what a hung coordinator
+// adds to calls made by 8 concurrent callers over 1.2s: with the back-off,
+// about one timeout per back-off period, not one per call.
+func TestBackoffBoundsDeadCoordinatorCost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("timing")
+	}
+	_, tc := memoryWith(t, newClock())
+	defer tc.unblock()
+	const (
+		timeout = 50 * time.Millisecond
+		backoff = 200 * time.Millisecond
+		run     = 1200 * time.Millisecond
+		callers = 8
+	)
+	b := newBreaker(t, tc, WithCoordinatorTimeout(timeout), WithCoordinatorBackoff(backoff))
+	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, &service{}), b))
+	client.EmptyCall(context.Background(), &testpb.Empty{}) // connect
+
+	tc.set(modeBlock)
+	asked := tc.admits.Load()
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		wg        sync.WaitGroup
+	)
+	end := time.Now().Add(run)
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				start := time.Now()
+				if _, err := client.EmptyCall(context.Background(), &testpb.Empty{}); err != nil {
+					t.Errorf("fail-open call: %v", err)
+					return
+				}
+				mu.Lock()
+				latencies = append(latencies, time.Since(start))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	// Each Admit that reached the hung coordinator cost its call the
+	// timeout; the others decided at once.
+	slow := int(tc.admits.Load() - asked)
+	var total time.Duration
+	for _, d := range latencies {
+		total += d
+	}
+	periods := int(run/backoff) + 1
+	t.Logf("%d calls in %v by %d callers: %d asked the hung coordinator (about %v added in all); latency mean %v, p50 %v, p99 %v, max %v",
+		len(latencies), run, callers, slow, time.Duration(slow)*timeout, total/time.Duration(len(latencies)),
+		latencies[len(latencies)/2], latencies[len(latencies)*99/100], latencies[len(latencies)-1])
+	// The calls already waiting when the coordinator hung all pay once;
+	// after that, one call per back-off period (twice over: generous).
+	if want := callers + 2*periods; slow > want {
+		t.Errorf("%d calls waited for the hung coordinator, want at most %d (%d callers + one per %v back-off)", slow, want, callers, backoff)
+	}
+	if max := latencies[len(latencies)-1]; max > timeout+250*time.Millisecond {
+		t.Errorf("slowest call took %v, want about the %v timeout at most", max, timeout)
+	}
+	tc.unblock()
+}
+
+// TestCoordinatorRecovers: after the back-off, one call asks again, and a
+// working coordinator is used from then on.
+func TestCoordinatorRecovers(t *testing.T) {
+	_, tc := memoryWith(t, newClock())
+	b := newBreaker(t, tc, WithCoordinatorBackoff(20*time.Millisecond))
+	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, &service{}), b))
+	tc.set(modeFail)
+	client.EmptyCall(context.Background(), &testpb.Empty{})
+	if b.downUntil.Load() == 0 {
+		t.Fatal("no back-off after a failure")
+	}
+	tc.set(modeOK)
+	eventually(t, "the coordinator to be used again", func() bool {
+		client.EmptyCall(context.Background(), &testpb.Empty{})
+		return b.downUntil.Load() == 0
+	})
+}
+
+// TestInvalidPolicyAtCoordinatorNotRetried: a coordinator that rejects the
+// policy is not asked twice.
+func TestInvalidPolicyAtCoordinatorNotRetried(t *testing.T) {
+	_, tc := memoryWith(t, newClock())
+	rc := &rejectingCoordinator{Coordinator: tc}
+	b := newBreaker(t, rc)
+	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, &service{}), b))
+	client.EmptyCall(context.Background(), &testpb.Empty{})
+	if got := rc.n; got != 1 {
+		t.Errorf("Admit called %d times with an invalid policy, want 1", got)
+	}
+}
+
+type rejectingCoordinator struct {
+	coordinator.Coordinator
+	n int
+}
+
+func (c *rejectingCoordinator) Admit(context.Context, string, coordinator.Policy, string) (coordinator.Decision, error) {
+	c.n++
+	return coordinator.Decision{}, &coordinator.PolicyError{Field: "Window", Reason: "test"}
+}
