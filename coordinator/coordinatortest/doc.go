@@ -1,0 +1,18 @@
+// Package coordinatortest checks that a [coordinator.Coordinator] keeps the
+// breaker contract, in the style of testing/fstest.TestFS.
+//
+// Call [Run] from a test of the implementation with a [Factory] that makes
+// a coordinator reading time from the clock it is given:
+//
+//	func TestConformance(t *testing.T) {
+//		coordinatortest.Run(t, func(t *testing.T, clock func() time.Time) coordinator.Coordinator {
+//			return memory.New(memory.WithClock(clock))
+//		})
+//	}
+//
+// Run has one named subtest per rule of the contract, each on its own
+// coordinator and fake clock, and ends with [Compare], a randomized
+// differential test against the in-process coordinator, the reference
+// model. A coordinator that can lose its state record calls Compare itself
+// with [CompareOptions].LoseState set.
+package coordinatortest

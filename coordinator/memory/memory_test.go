@@ -1,0 +1,18 @@
+package memory_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
+	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+)
+
+func newMemory(t *testing.T, clock func() time.Time) coordinator.Coordinator {
+	return memory.New(memory.WithClock(clock))
+}
+
+func TestConformance(t *testing.T) {
+	coordinatortest.Run(t, newMemory)
+}
