@@ -196,7 +196,7 @@ type testCoordinator struct {
 	// failRecords fails every Record and Settle whatever the mode.
 	failNext    atomic.Int32
 	failRecords atomic.Bool
-	once    sync.Once
+	once        sync.Once
 
 	admits, records, settles atomic.Int64
 	recorded, settled        atomic.Int64 // outcomes delivered
