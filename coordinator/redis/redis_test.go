@@ -232,7 +232,7 @@ func TestConcurrentHalfOpen(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := newClock()
 	p := tripPolicy()
-	p.Probes, p.ProbeSuccesses = 3, 1 << 20
+	p.Probes, p.ProbeSuccesses = 3, 1<<20
 	setup := cbredis.New(srv.Client(t), cbredis.WithClock(clk.Now))
 	if _, err := setup.Record(ctx, "s", p, failures(0, 2)); err != nil {
 		t.Fatal(err)
@@ -328,5 +328,79 @@ func TestConcurrentTripOnce(t *testing.T) {
 	wg.Wait()
 	if trips.Load() != 1 || recorded.Load() != int64(p.MinCalls) {
 		t.Fatalf("%d trips after %d counted outcomes, want 1 after %d", trips.Load(), recorded.Load(), p.MinCalls)
+	}
+}
+
+// dirty is how many writes the server has applied (its count of changes
+// since the last save, which never happens in tests).
+func dirty(t *testing.T, rdb *goredis.Client) string {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "persistence").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "rdb_changes_since_last_save:"); ok {
+			return v
+		}
+	}
+	t.Fatal("INFO persistence without rdb_changes_since_last_save")
+	return ""
+}
+
+func TestClosedAdmitWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	c := cbredis.New(rdb)
+	p := tripPolicy()
+	if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{}}); err != nil {
+		t.Fatal(err)
+	}
+	before := dirty(t, rdb)
+	for i := range 10 {
+		for _, scope := range []string{"s", "never seen"} {
+			if d, err := c.Admit(ctx, scope, p, fmt.Sprint(i)); err != nil || d.Verdict != coordinator.Allow {
+				t.Fatalf("Admit %q = %+v, %v", scope, d, err)
+			}
+		}
+	}
+	if after := dirty(t, rdb); after != before {
+		t.Fatalf("closed admissions wrote: %s changes before, %s after", before, after)
+	}
+}
+
+func TestHugeScope(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	c := cbredis.New(rdb)
+	p := tripPolicy()
+	scope := strings.Repeat("{x}|\n", 1<<20) // 5 MiB
+	res, err := c.Record(ctx, scope, p, failures(0, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Transition == nil || res.Transition.Scope != scope {
+		t.Fatalf("Record = %+v, want a trip", res)
+	}
+	s, err := c.Snapshot(ctx, scope, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.State != coordinator.StateOpen || s.Scope != scope {
+		t.Fatalf("Snapshot state %v", s.State)
+	}
+	keys := scopeKeys(t, rdb, cbredis.DefaultPrefix)
+	if len(keys) != 1 || len(keys[0]) > 100 {
+		t.Fatalf("keys %.200q, want one short state key", keys)
+	}
+	if got := rdb.HGet(ctx, keys[0], "scope").Val(); got != scope {
+		t.Fatalf("stored scope has %d bytes, want %d", len(got), len(scope))
+	}
+	if _, err := c.Admit(ctx, "other", coordinator.Policy{}, "c"); err == nil {
+		t.Fatal("no error for a zero policy")
+	}
+	_, err = c.Admit(ctx, scope, coordinator.Policy{}, "c")
+	if err == nil || len(err.Error()) > 1000 {
+		t.Fatalf("error for a huge scope is %d bytes, want it cut short", len(fmt.Sprint(err)))
 	}
 }
