@@ -29,11 +29,12 @@ const (
 
 // Run checks that the coordinators newCoordinator makes keep the breaker
 // contract: one subtest per rule, each on a fresh coordinator and a fake
-// clock.
+// clock, and then [Compare] against the in-process coordinator.
 func Run(t *testing.T, newCoordinator Factory) {
 	for _, r := range rules {
 		t.Run(r.name, func(t *testing.T) { r.test(t, newCoordinator) })
 	}
+	t.Run("Compare", func(t *testing.T) { Compare(t, newCoordinator, CompareOptions{}) })
 }
 
 var rules = []struct {
