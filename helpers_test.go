@@ -331,10 +331,13 @@ func newBreaker(t testing.TB, c coordinator.Coordinator, opts ...Option) *Breake
 	leakChecked.Lock()
 	if !leakChecked.m[t] {
 		leakChecked.m[t] = true
+		// Goroutines of Breakers from before this test (an example's
+		// Unary shortcut is never closed) are not this test's.
+		before := ourGoroutines()
 		// Cleanups run last-in first-out: this one runs after every
 		// Breaker of the test is closed.
 		t.Cleanup(func() {
-			checkNoGoroutines(t)
+			checkNoGoroutines(t, before)
 			leakChecked.Lock()
 			delete(leakChecked.m, t)
 			leakChecked.Unlock()
@@ -357,12 +360,17 @@ var leakChecked = struct {
 // checkNoGoroutines fails when a goroutine started by this package's
 // library code (not by its tests) is still running. Goroutines started by
 // Close's own waiting are given a moment to return.
-func checkNoGoroutines(t testing.TB) {
+func checkNoGoroutines(t testing.TB, before map[string]string) {
 	t.Helper()
 	var left []string
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		left = ourGoroutines()
+		left = left[:0]
+		for id, g := range ourGoroutines() {
+			if _, ok := before[id]; !ok {
+				left = append(left, g)
+			}
+		}
 		if len(left) == 0 || time.Now().After(deadline) {
 			break
 		}
@@ -373,7 +381,9 @@ func checkNoGoroutines(t testing.TB) {
 	}
 }
 
-func ourGoroutines() []string {
+// ourGoroutines returns the goroutines started by library code of this
+// package, by goroutine ID.
+func ourGoroutines() map[string]string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -383,7 +393,7 @@ func ourGoroutines() []string {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	var ours []string
+	ours := make(map[string]string)
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		i := strings.Index(g, "\ncreated by github.com/cbgrpc/cbgrpc.")
 		if i < 0 {
@@ -395,7 +405,8 @@ func ourGoroutines() []string {
 		if len(lines) > 1 && strings.Contains(lines[1], "_test.go") {
 			continue
 		}
-		ours = append(ours, g)
+		id, _, _ := strings.Cut(g, " [")
+		ours[id] = g
 	}
 	return ours
 }
