@@ -1,0 +1,145 @@
+// Command fleet shows why the breaker is shared. Several replicas of a
+// service (goroutines here, each with its own Breaker, connection and, with
+// -redis, its own Redis client) call one dependency that fails. It runs
+// twice: once with one breaker shared by the whole fleet through one
+// coordinator, once with a breaker per replica, and prints how many failing
+// calls the dependency absorbed before every replica stopped calling it.
+//
+//	go run ./examples/fleet                       # one shared in-process coordinator
+//	go run ./examples/fleet -redis 127.0.0.1:6379 # the fleet shares a Redis
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
+
+	"github.com/cbgrpc/cbgrpc"
+	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
+)
+
+var (
+	redisAddr = flag.String("redis", "", "address of a Redis the replicas share (default: one in-process coordinator)")
+	replicas  = flag.Int("replicas", 8, "number of replicas")
+	every     = flag.Duration("every", 20*time.Millisecond, "time between one replica's calls")
+)
+
+// dependency fails every call and counts those that reached it.
+type dependency struct {
+	testgrpc.UnimplementedTestServiceServer
+	absorbed atomic.Int64
+}
+
+func (d *dependency) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, error) {
+	d.absorbed.Add(1)
+	return nil, status.Error(codes.Unavailable, "overloaded")
+}
+
+func main() {
+	flag.Parse()
+	// The default policy: trip at 50% failures over at least 20 calls in
+	// the window. Stay open longer than the run, so no probe blurs the count.
+	policy := coordinator.DefaultPolicy()
+	policy.OpenFor = time.Minute
+	policy.MaxOpenFor = 0
+
+	fmt.Printf("%d replicas, one call every %v each, against a dependency that fails every call.\n", *replicas, *every)
+	fmt.Printf("Policy: trip at %.0f%% failures over at least %d calls.\n\n", policy.FailureRatio*100, policy.MinCalls)
+
+	var shared func(i int) coordinator.Coordinator
+	what := "one in-process coordinator"
+	if *redisAddr != "" {
+		what = "Redis at " + *redisAddr
+		// Its own client per replica, as separate processes would have.
+		prefix := fmt.Sprintf("cbgrpc-fleet-%d:", time.Now().UnixNano())
+		shared = func(int) coordinator.Coordinator {
+			rdb := goredis.NewClient(&goredis.Options{Addr: *redisAddr})
+			if err := rdb.Ping(context.Background()).Err(); err != nil {
+				log.Fatalf("redis at %s: %v", *redisAddr, err)
+			}
+			return cbredis.New(rdb, cbredis.WithPrefix(prefix))
+		}
+	} else {
+		m := memory.New()
+		shared = func(int) coordinator.Coordinator { return m }
+	}
+	one := run("Shared breaker ("+what+")", policy, shared)
+	each := run("A breaker per replica", policy, func(int) coordinator.Coordinator { return memory.New() })
+
+	fmt.Printf("The dependency absorbed %d failing calls with the shared breaker and %d with a breaker per replica (%.1fx).\n",
+		one, each, float64(each)/float64(max(one, 1)))
+}
+
+// run starts the replicas with a coordinator each from coord, lets them
+// call until every one of them has been stopped by its breaker, and
+// returns how many calls reached the dependency.
+func run(title string, policy coordinator.Policy, coord func(i int) coordinator.Coordinator) int64 {
+	fmt.Println(title)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	dep := &dependency{}
+	testgrpc.RegisterTestServiceServer(srv, dep)
+	go srv.Serve(lis)
+	defer srv.Stop()
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	stopped := make([]time.Duration, *replicas)
+	sent := make([]int, *replicas)
+	for i := range *replicas {
+		breaker, err := cbgrpc.New(coord(i), cbgrpc.WithPolicy(policy))
+		if err != nil {
+			log.Fatal(err)
+		}
+		conn, err := grpc.NewClient(lis.Addr().String(),
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithUnaryInterceptor(breaker.UnaryClientInterceptor()),
+		)
+		if err != nil {
+			log.Fatal(err)
+		}
+		client := testgrpc.NewTestServiceClient(conn)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer breaker.Close()
+			defer conn.Close()
+			// Replicas start a little apart, as real ones do.
+			time.Sleep(time.Duration(i) * *every / time.Duration(*replicas))
+			for time.Since(start) < 30*time.Second {
+				_, err := client.EmptyCall(context.Background(), &testpb.Empty{})
+				if errors.Is(err, cbgrpc.ErrOpen) {
+					stopped[i] = time.Since(start)
+					return
+				}
+				sent[i]++
+				time.Sleep(*every)
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range *replicas {
+		fmt.Printf("  replica %d: %3d calls reached the dependency, stopped by its breaker at %v\n", i, sent[i], stopped[i].Round(time.Millisecond))
+	}
+	fmt.Printf("  => %d failing calls absorbed\n\n", dep.absorbed.Load())
+	return dep.absorbed.Load()
+}
