@@ -80,9 +80,12 @@ func mustNew(fn string, c coordinator.Coordinator, opts []Option) *Breaker {
 
 // Close stops the Breaker: it sends the outcomes still waiting, waits for
 // the coordinator calls it started, and returns once no goroutine of the
-// Breaker is left, or after 5 seconds with an error saying what was left
+// Breaker is left, or after 10 seconds with an error saying what was left
 // behind. Outcomes that cannot be sent by then are dropped and counted.
-// Calls made after Close run unprotected. Close is idempotent.
+// Close returns within a round trip to a working coordinator; a call stuck
+// in a coordinator that ignores deadlines (a paused Redis behind a go-redis
+// client without ContextTimeoutEnabled: up to its 5s ReadTimeout) is waited
+// for. Calls made after Close run unprotected. Close is idempotent.
 func (b *Breaker) Close() error {
 	b.closeMu.Lock()
 	defer b.closeMu.Unlock()

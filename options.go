@@ -66,9 +66,9 @@ const (
 	DefaultQueueSize = 4096
 
 	// closeTimeout bounds Close. It exceeds go-redis's default ReadTimeout
-	// (3s) so that, with a default client, a coordinator call stuck on a
-	// paused Redis has returned before Close does.
-	closeTimeout = 5 * time.Second
+	// (5s in v9.23) so that, with a default client, a coordinator call
+	// stuck on a paused Redis has returned before Close does.
+	closeTimeout = 10 * time.Second
 )
 
 type config struct {
