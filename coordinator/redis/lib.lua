@@ -11,8 +11,10 @@
 -- oa opened at, of current open period, ou open until, cf consecutive
 -- failures, ps probe successes, exp (closed only) when every bucket the
 -- generation wrote has left the window, scope (for operators).
--- Window hash: g = the generation its buckets belong to, and one field per
--- bucket index holding "calls failures slow".
+-- Window hash: g = the generation its buckets belong to, x = exp of the
+-- state (0 while open or half-open), and one field per
+-- bucket index holding "calls failures slow". It lives exactly as long as
+-- the state hash, so that a state hash lost on its own can be noticed.
 -- Leases hash: claim -> deadline in ms; a deadline, never a key TTL.
 
 local KS, KW, KP, KB = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -61,7 +63,7 @@ local function window()
   for i = 1, #raw, 2 do
     if raw[i] == 'g' then
       label = raw[i + 1]
-    else
+    elseif raw[i] ~= 'x' then
       fields[#fields + 1] = {tonumber(raw[i]), raw[i + 1], raw[i]}
     end
   end
@@ -77,34 +79,55 @@ local function ttl(s)
 end
 
 -- save writes the whole state. A fresh state replaces whatever the scope's
--- keys held before (an expired generation's leftovers).
-local function save(s)
+-- keys held before (an expired generation's leftovers). remark starts the
+-- window afresh, labelled with the generation: the window key outlives no
+-- state and is never deleted while the state lives, so a window key without
+-- a state hash is the sign of lost state.
+local function save(s, remark)
   if s.fresh then
     redis.call('DEL', KW, KP, KB)
     redis.call('HSET', KS, 'scope', ARGV[5])
     s.fresh = false
+    remark = true
   end
   redis.call('HSET', KS, 'st', s.st, 'g', int(s.g), 'oa', int(s.oa), 'of', int(s.of),
     'ou', int(s.ou), 'cf', s.cf, 'ps', s.ps, 'exp', int(s.exp))
+  -- x: when this state stops mattering (0: never), so that a window key
+  -- found without its state tells a loss from a scope that had nothing to
+  -- lose.
+  local x = 0
   if s.st == CLOSED then
-    -- Garbage collection only: decisions use exp. The state outlives
-    -- every bucket it labels, so it never expires before its window.
+    x = int(s.exp)
+  end
+  if remark then
+    redis.call('DEL', KW)
+    redis.call('HSET', KW, 'g', int(s.g), 'x', x)
+  else
+    redis.call('HSET', KW, 'x', x)
+  end
+  if s.st == CLOSED then
+    -- Garbage collection only: decisions use exp. State, window and batch
+    -- IDs expire together, after every bucket the generation labels.
     local ms = ttl(s)
     redis.call('PEXPIRE', KS, ms)
+    redis.call('PEXPIRE', KW, ms)
     redis.call('PEXPIRE', KB, ms)
   else
     -- Open and half-open state never expires: losing it would admit
     -- everything.
     redis.call('PERSIST', KS)
+    redis.call('PERSIST', KW)
     redis.call('PERSIST', KB)
   end
 end
 
 -- load reads the scope's state as of NOW. A closed state whose window has
--- run out reads as a fresh scope (generation 0). A missing state while the
--- window still holds a live bucket is lost state: it restarts closed in a
--- generation no surviving data carries, persisted when write is true (a
--- read-only caller sees generation 0 and no counts).
+-- run out reads as a fresh scope (generation 0). A missing state hash
+-- beside the window key of a state that still mattered is lost state
+-- (eviction, a deleted key): it restarts
+-- closed in a random generation that no surviving bucket and no outcome in
+-- flight carries, persisted when write is true (a read-only caller sees
+-- generation 0 and no counts).
 local function load(write)
   local v = redis.call('HMGET', KS, 'st', 'g', 'oa', 'of', 'ou', 'cf', 'ps', 'exp')
   if v[1] then
@@ -118,20 +141,18 @@ local function load(write)
   if not write then
     return fresh(0)
   end
-  local label, fields = window()
-  for _, f in ipairs(fields) do
-    if live(f[1]) then
-      local g = tonumber(ARGV[4])
-      if label and int(g) == label then
-        g = g + 1
-      end
-      local s = fresh(g)
-      s.exp = (IDX + NB) * WIDTH
-      save(s)
-      return s
-    end
+  local x = redis.call('HGET', KW, 'x')
+  if not x or (tonumber(x) ~= 0 and tonumber(x) <= NOW) then
+    return fresh(0)
   end
-  return fresh(0)
+  local g = tonumber(ARGV[4])
+  if int(g) == redis.call('HGET', KW, 'g') then
+    g = g + 1
+  end
+  local s = fresh(g)
+  s.exp = (IDX + NB) * WIDTH
+  save(s)
+  return s
 end
 
 -- state_now is the state as of NOW: an open breaker whose period ended
@@ -153,8 +174,8 @@ local function open(s, period)
   s.ou = NOW + period
   s.cf = 0
   s.ps = 0
-  save(s)
-  redis.call('DEL', KW, KP)
+  save(s, true)
+  redis.call('DEL', KP)
 end
 
 -- result is the reply of Record and Settle:

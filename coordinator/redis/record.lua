@@ -52,7 +52,7 @@ if not s.fresh then
         dead[#dead + 1] = f[3]
       end
     end
-  elseif label or #fields > 0 then
+  else
     -- Buckets of another generation count for nothing.
     wipe = true
   end
@@ -108,15 +108,9 @@ if counted == 0 then
 end
 if not tr then
   s.exp = (IDX + NB) * WIDTH
-  local was_fresh = s.fresh
-  save(s)
-  if wipe and not was_fresh then
-    redis.call('DEL', KW)
-  end
-  redis.call('HSET', KW, 'g', gs, int(IDX),
-    string.format('%d %d %d', cur_c, cur_f, cur_s))
+  save(s, wipe)
+  redis.call('HSET', KW, int(IDX), string.format('%d %d %d', cur_c, cur_f, cur_s))
   hdel(KW, dead)
-  redis.call('PEXPIRE', KW, ttl(s))
 end
 if batch ~= '' then
   redis.call('RPUSH', KB, batch)

@@ -46,6 +46,6 @@ s.ps = 0
 -- Keep the new generation for a window, so that calls admitted under it
 -- can still be recorded.
 s.exp = (IDX + NB) * WIDTH
-save(s)
-redis.call('DEL', KW, KP)
+save(s, true)
+redis.call('DEL', KP)
 return result(s, 0, {HALF, CLOSED, s.g, string.format('probes succeeded %d/%d', n, need)})

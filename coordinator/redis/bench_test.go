@@ -1,0 +1,184 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/internal/redistest"
+)
+
+// Benchmarks report, besides the round trip, what Redis spent: the Redis
+// commands a script ran per operation ("cmds/op", from INFO commandstats)
+// and the script's execution time on the server ("script-µs/op").
+//
+//	go test -run XXX -bench . ./coordinator/redis
+
+// serverStats reads INFO commandstats: calls per command and the
+// microseconds spent in EVALSHA.
+func serverStats(b *testing.B, rdb *goredis.Client) (calls map[string]int64, scriptUsec int64) {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	calls = map[string]int64{}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, stats, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		if !ok || name == line {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch {
+			case k == "calls":
+				calls[name] = n
+			case k == "usec" && (name == "evalsha" || name == "eval"):
+				scriptUsec += n
+			}
+		}
+	}
+	return calls, scriptUsec
+}
+
+// measure runs op b.N times and reports Redis's side of it.
+func measure(b *testing.B, rdb *goredis.Client, op func(i int)) {
+	ctx := context.Background()
+	rdb.ConfigResetStat(ctx)
+	b.ResetTimer()
+	for i := range b.N {
+		op(i)
+	}
+	b.StopTimer()
+	calls, usec := serverStats(b, rdb)
+	var cmds int64
+	for name, n := range calls {
+		switch name {
+		case "evalsha", "eval", "config|resetstat", "info", "hello", "client|setinfo", "ping":
+		default:
+			cmds += n
+		}
+	}
+	b.ReportMetric(float64(cmds)/float64(b.N), "cmds/op")
+	b.ReportMetric(float64(usec)/float64(b.N), "script-µs/op")
+}
+
+func benchPolicy(buckets int) coordinator.Policy {
+	return coordinator.Policy{
+		Window: time.Duration(buckets) * time.Second, Buckets: buckets,
+		MinCalls: 20, FailureRatio: 0.5,
+		OpenFor: time.Second, Probes: 3, ProbeLease: time.Hour, ProbeSuccesses: 1 << 30,
+	}
+}
+
+func BenchmarkAdmitClosed(b *testing.B) {
+	ctx := context.Background()
+	rdb := redistest.Start(b).Client(b)
+	c := New(rdb)
+	p := benchPolicy(10)
+	if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{}}); err != nil {
+		b.Fatal(err)
+	}
+	measure(b, rdb, func(i int) {
+		if _, err := c.Admit(ctx, "s", p, "claim"); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// BenchmarkRecord moves the clock one bucket per call, so that every
+// Record opens a bucket and drops the oldest: the window stays full.
+func BenchmarkRecord(b *testing.B) {
+	for _, buckets := range []int{10, 60} {
+		for _, batch := range []int{1, 64} {
+			b.Run(fmt.Sprintf("buckets=%d/outcomes=%d", buckets, batch), func(b *testing.B) {
+				ctx := context.Background()
+				rdb := redistest.Start(b).Client(b)
+				p := benchPolicy(buckets)
+				now := time.UnixMilli(1_800_000_000_000)
+				c := New(rdb, WithClock(func() time.Time { return now }))
+				outcomes := make([]coordinator.Outcome, batch)
+				for i := range buckets {
+					now = now.Add(p.BucketWidth())
+					c.Record(coordinator.WithBatchID(ctx, fmt.Sprint("warm", i)), "s", p, outcomes)
+				}
+				measure(b, rdb, func(i int) {
+					now = now.Add(p.BucketWidth())
+					res, err := c.Record(coordinator.WithBatchID(ctx, strconv.Itoa(i)), "s", p, outcomes)
+					if err != nil || res.Stale != 0 {
+						b.Fatal(res, err)
+					}
+				})
+			})
+		}
+	}
+}
+
+func BenchmarkAdmitHalfOpen(b *testing.B) {
+	ctx := context.Background()
+	rdb := redistest.Start(b).Client(b)
+	now := time.UnixMilli(1_800_000_000_000)
+	c := New(rdb, WithClock(func() time.Time { return now }))
+	p := benchPolicy(10)
+	p.ProbeLease = time.Millisecond
+	halfOpen(b, c, p, &now)
+	// Each admission finds the previous lease expired, prunes it and
+	// claims a slot.
+	measure(b, rdb, func(i int) {
+		now = now.Add(p.ProbeLease)
+		if d, err := c.Admit(ctx, "s", p, strconv.Itoa(i)); err != nil || d.Verdict != coordinator.Probe {
+			b.Fatal(d, err)
+		}
+	})
+}
+
+func BenchmarkSettle(b *testing.B) {
+	ctx := context.Background()
+	rdb := redistest.Start(b).Client(b)
+	now := time.UnixMilli(1_800_000_000_000)
+	c := New(rdb, WithClock(func() time.Time { return now }))
+	p := benchPolicy(10)
+	gen := halfOpen(b, c, p, &now)
+	// Leases for every settlement, written directly: claiming b.N slots
+	// through Admit would cost O(b.N) each.
+	k := scopeKeys(DefaultPrefix, "s")
+	pipe := rdb.Pipeline()
+	for i := range b.N {
+		pipe.HSet(ctx, k[2], strconv.Itoa(i), now.Add(time.Hour).UnixMilli())
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		b.Fatal(err)
+	}
+	measure(b, rdb, func(i int) {
+		if res, err := c.Settle(ctx, "s", p, strconv.Itoa(i), coordinator.Outcome{Generation: gen}); err != nil || res.Stale != 0 {
+			b.Fatal(res, err)
+		}
+	})
+}
+
+// halfOpen trips scope "s" and lets a first probe through.
+func halfOpen(b *testing.B, c *Coordinator, p coordinator.Policy, now *time.Time) uint64 {
+	ctx := context.Background()
+	if _, err := c.Record(ctx, "s", p, make([]coordinator.Outcome, p.MinCalls)); err != nil {
+		b.Fatal(err)
+	}
+	fails := make([]coordinator.Outcome, p.MinCalls)
+	for i := range fails {
+		fails[i].Failure = true
+	}
+	if _, err := c.Record(ctx, "s", p, fails); err != nil {
+		b.Fatal(err)
+	}
+	*now = now.Add(p.OpenFor)
+	d, err := c.Admit(ctx, "s", p, "first")
+	if err != nil || d.Verdict != coordinator.Probe {
+		b.Fatal(d, err)
+	}
+	return d.Generation
+}
