@@ -24,8 +24,15 @@
 // holds. Closed state and its window expire a moment after the window has
 // passed; open and half-open state never expires.
 //
-// If the state hash vanishes (eviction, a deleted key) while the window
-// still holds live buckets, the breaker restarts closed in a random
-// generation that no surviving outcome carries. A [Coordinator.Snapshot]
-// taken before the next write reports such a scope as generation 0.
+// The window key lives exactly as long as the state hash and carries its
+// generation. If the state hash vanishes on its own (eviction, a deleted
+// key) while it still mattered, the next Admit, Record or Settle finds the
+// window key alone and restarts the breaker closed in a random 44-bit
+// generation that no surviving bucket or outcome in flight carries. A
+// [Coordinator.Snapshot] taken before that write reports the scope as
+// generation 0 with no counts.
+//
+// A retried Record cannot count twice when the caller marks it with
+// [coordinator.WithBatchID]: the last [coordinator.RecentBatches] batch IDs
+// of a scope are kept beside its state.
 package redis
