@@ -197,7 +197,9 @@ func TestAdmissionBoundedWhenCoordinatorIgnoresDeadline(t *testing.T) {
 	for range 10 {
 		client.EmptyCall(context.Background(), &testpb.Empty{})
 	}
-	if d := time.Since(start); d > timeout {
+	// The Admit count below is the exact check; this one is loose so that
+	// a loaded machine does not fail it.
+	if d := time.Since(start); d > 5*timeout {
 		t.Errorf("10 calls during the back-off took %v, want them not to wait for the coordinator", d)
 	}
 	if got := tc.admits.Load(); got != 2 {

@@ -32,7 +32,8 @@ func TestGroupCommit(t *testing.T) {
 			<-gate
 		}
 	}
-	b := newBreaker(t, tc, WithPolicy(quietPolicy()), WithRecordInterval(time.Hour))
+	// A Record held back by the test must not time out.
+	b := newBreaker(t, tc, WithPolicy(quietPolicy()), WithRecordInterval(time.Hour), WithCoordinatorTimeout(time.Minute))
 	svc := &service{}
 	svc.setErr(status.Error(codes.Unavailable, "down"))
 	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, svc), b))
@@ -91,7 +92,7 @@ func TestQueueFullDrops(t *testing.T) {
 	gate := make(chan struct{})
 	tc.recordHook = func() { <-gate }
 	mt := newMetrics()
-	b := newBreaker(t, tc, WithPolicy(quietPolicy()), WithQueueSize(4), WithMeterProvider(mt.mp))
+	b := newBreaker(t, tc, WithPolicy(quietPolicy()), WithQueueSize(4), WithMeterProvider(mt.mp), WithCoordinatorTimeout(time.Minute))
 	svc := &service{}
 	svc.setErr(status.Error(codes.Unavailable, "down"))
 	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, svc), b))
