@@ -94,6 +94,8 @@ var rules = []struct {
 	{"DuplicateBatchIsStale", testDuplicateBatchIsStale},
 	{"InvalidPolicyIsAnError", testInvalidPolicyIsAnError},
 	{"TransitionFields", testTransitionFields},
+	// the optional transition feed
+	{"WatchDeliversTransitionsOfFollowedScopes", testWatchDeliversTransitionsOfFollowedScopes},
 }
 
 func testClosedAdmitsWithCurrentGeneration(t *testing.T, f Factory) {

@@ -16,6 +16,8 @@ type Coordinator struct {
 
 	mu     sync.Mutex
 	scopes map[string]*breaker
+	// watches are the open subscriptions to the transition feed.
+	watches map[*watch]struct{}
 	// ops counts operations since the last sweep of expired scopes, so
 	// that sweeping costs O(1) per operation, amortised.
 	ops int
@@ -52,8 +54,9 @@ func New(opts ...Option) *Coordinator {
 
 var _ coordinator.Coordinator = (*Coordinator)(nil)
 
-// op runs f on the scope's breaker under the lock, with the time read once.
-func (c *Coordinator) op(ctx context.Context, name, scope string, p coordinator.Policy, f func(b *breaker, r *rules, now int64)) error {
+// op runs f on the scope's breaker under the lock, with the time read once,
+// and publishes the transition f reports, if any.
+func (c *Coordinator) op(ctx context.Context, name, scope string, p coordinator.Policy, f func(b *breaker, r *rules, now int64) *coordinator.Transition) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory coordinator: %s %q: %w", name, scope, err)
 	}
@@ -61,17 +64,20 @@ func (c *Coordinator) op(ctx context.Context, name, scope string, p coordinator.
 		return fmt.Errorf("memory coordinator: %s %q: %w", name, scope, err)
 	}
 	r := newRules(p)
-	now := c.clock().UnixMilli()
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Read under the lock, so that operations apply in clock order.
+	now := c.clock().UnixMilli()
 	c.sweep(now)
 	b := c.scopes[scope]
 	if b == nil || b.expired(now) {
 		b = &breaker{scope: scope}
 		c.scopes[scope] = b
 	}
-	f(b, r, now)
+	if t := f(b, r, now); t != nil {
+		c.publish(t)
+	}
 	if b.expired(now) {
 		// Nothing worth keeping: a fresh breaker reads the same.
 		delete(c.scopes, scope)
@@ -97,7 +103,10 @@ func (c *Coordinator) sweep(now int64) {
 // Admit implements [coordinator.Coordinator].
 func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
 	var d coordinator.Decision
-	err := c.op(ctx, "admit", scope, p, func(b *breaker, r *rules, now int64) { d = b.admit(r, now, claim) })
+	err := c.op(ctx, "admit", scope, p, func(b *breaker, r *rules, now int64) *coordinator.Transition {
+		d = b.admit(r, now, claim)
+		return d.Transition
+	})
 	return d, err
 }
 
@@ -105,20 +114,29 @@ func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Pol
 func (c *Coordinator) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
 	var res coordinator.Result
 	batch := coordinator.BatchID(ctx)
-	err := c.op(ctx, "record", scope, p, func(b *breaker, r *rules, now int64) { res = b.record(r, now, batch, outcomes) })
+	err := c.op(ctx, "record", scope, p, func(b *breaker, r *rules, now int64) *coordinator.Transition {
+		res = b.record(r, now, batch, outcomes)
+		return res.Transition
+	})
 	return res, err
 }
 
 // Settle implements [coordinator.Coordinator].
 func (c *Coordinator) Settle(ctx context.Context, scope string, p coordinator.Policy, claim string, o coordinator.Outcome) (coordinator.Result, error) {
 	var res coordinator.Result
-	err := c.op(ctx, "settle", scope, p, func(b *breaker, r *rules, now int64) { res = b.settle(r, now, claim, o) })
+	err := c.op(ctx, "settle", scope, p, func(b *breaker, r *rules, now int64) *coordinator.Transition {
+		res = b.settle(r, now, claim, o)
+		return res.Transition
+	})
 	return res, err
 }
 
 // Snapshot implements [coordinator.Coordinator].
 func (c *Coordinator) Snapshot(ctx context.Context, scope string, p coordinator.Policy) (coordinator.Snapshot, error) {
 	var s coordinator.Snapshot
-	err := c.op(ctx, "snapshot", scope, p, func(b *breaker, r *rules, now int64) { s = b.snapshot(r, now) })
+	err := c.op(ctx, "snapshot", scope, p, func(b *breaker, r *rules, now int64) *coordinator.Transition {
+		s = b.snapshot(r, now)
+		return nil
+	})
 	return s, err
 }
