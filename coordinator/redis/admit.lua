@@ -1,6 +1,6 @@
 -- admit.lua: Admit. Runs after lib.lua.
 --
--- KEYS: 1 state, 2 window, 3 leases, 4 batches (see lib.lua)
+-- KEYS: 1 state, 2 window, 3 leases, 4 batches, 5 channel (see lib.lua)
 -- ARGV: 1 now ms or '', 2 bucket width ms, 3 buckets, 4 fresh generation,
 --   5 scope, 6 GC margin ms, 7 probes, 8 probe lease ms, 9 claim
 -- Reply: {verdict (0 allow, 1 probe, 2 reject), state, generation,
@@ -24,6 +24,7 @@ if s.st == OPEN then
   s.st = HALF
   redis.call('HSET', KS, 'st', HALF, 'ps', 0)
   tr = {OPEN, HALF, s.g, 'open period ended'}
+  publish(tr)
 end
 
 local function reply(verdict, retry)

@@ -2,7 +2,10 @@
 -- each operation stays a single EVALSHA.
 --
 -- KEYS (every script): 1 state hash, 2 window hash, 3 probe leases hash,
---   4 recent batch IDs list. All share one hash tag: one cluster slot.
+--   4 recent batch IDs list, 5 the transition channel (not a key). All
+--   share one hash tag: one cluster slot.
+-- PUBLISH is defined before this file by the Go side: 'SPUBLISH' (sharded,
+-- on a Redis Cluster) or 'PUBLISH'.
 -- ARGV (every script): 1 now in ms ('' = the server's TIME), 2 bucket width
 --   in ms, 3 buckets. Writing scripts add: 4 a fresh random generation
 --   (1..2^44) for lost state, 5 the readable scope, 6 the GC margin in ms.
@@ -17,7 +20,7 @@
 -- the state hash, so that a state hash lost on its own can be noticed.
 -- Leases hash: claim -> deadline in ms; a deadline, never a key TTL.
 
-local KS, KW, KP, KB = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local KS, KW, KP, KB, KT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local CLOSED, OPEN, HALF = 0, 1, 2
 
 -- Lua numbers are doubles; %d keeps integers below 2^53 exact and never
@@ -178,11 +181,20 @@ local function open(s, period)
   redis.call('DEL', KP)
 end
 
--- result is the reply of Record and Settle:
+-- publish announces a transition {from, to, generation, reason} on the
+-- scope's channel, so that every replica learns of it without asking:
+-- "from to generation at reason".
+local function publish(tr)
+  redis.call(PUBLISH, KT, string.format('%d %d %s %s %s', tr[1], tr[2], int(tr[3]), int(NOW), tr[4]))
+end
+
+-- result is the reply of Record and Settle, and publishes the transition
+-- they made, if any:
 -- {state as of now, generation, stale, now, from, to, generation after, reason}
 -- with from = -1 when nothing moved.
 local function result(s, stale, tr)
   if tr then
+    publish(tr)
     return {state_now(s), s.g, stale, NOW, tr[1], tr[2], tr[3], tr[4]}
   end
   return {state_now(s), s.g, stale, NOW, -1, -1, 0, ''}

@@ -1,6 +1,6 @@
 -- record.lua: Record. Runs after lib.lua.
 --
--- KEYS: 1 state, 2 window, 3 leases, 4 batches (see lib.lua)
+-- KEYS: 1 state, 2 window, 3 leases, 4 batches, 5 channel (see lib.lua)
 -- ARGV: 1 now ms or '', 2 bucket width ms, 3 buckets, 4 fresh generation,
 --   5 scope, 6 GC margin ms, 7 min calls, 8 failure permille (0 = off),
 --   9 slow permille (0 = off), 10 consecutive failures (0 = off),

@@ -34,9 +34,11 @@ const (
 // its own: every method is one script call. Create one with [New]; it is
 // safe for concurrent use.
 type Coordinator struct {
-	client goredis.UniversalClient
-	prefix string
-	clock  func() time.Time
+	client  goredis.UniversalClient
+	prefix  string
+	clock   func() time.Time
+	scripts *scripts
+	sharded bool // a Redis Cluster: transitions go out by sharded pub/sub
 }
 
 var _ coordinator.Coordinator = (*Coordinator)(nil)
@@ -72,7 +74,10 @@ func WithClock(clock func() time.Time) Option {
 // [WithPrefix] was given a prefix with a brace, which would break the hash
 // tag that keeps a scope's keys in one cluster slot.
 func New(client goredis.UniversalClient, opts ...Option) *Coordinator {
-	c := &Coordinator{client: client, prefix: DefaultPrefix}
+	c := &Coordinator{client: client, prefix: DefaultPrefix, scripts: plainScripts}
+	if _, ok := client.(*goredis.ClusterClient); ok {
+		c.scripts, c.sharded = shardedScripts, true
+	}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(c)
@@ -112,19 +117,24 @@ func (c *Coordinator) call(ctx context.Context, s *goredis.Script, op, scope str
 	return reply, nil
 }
 
-// opError names the operation and the scope, cut short: a scope may be
-// megabytes long.
+// opError names the operation and the scope.
 func opError(op, scope string, err error) error {
+	return fmt.Errorf("redis coordinator: %s %s: %w", op, abbreviate(scope), err)
+}
+
+// abbreviate quotes a scope for an error message, cut short: a scope may
+// be megabytes long.
+func abbreviate(scope string) string {
 	const max = 200
 	if len(scope) > max {
-		scope = fmt.Sprintf("%s...(%d bytes)", scope[:max], len(scope))
+		return fmt.Sprintf("%q...(%d bytes)", scope[:max], len(scope))
 	}
-	return fmt.Errorf("redis coordinator: %s %q: %w", op, scope, err)
+	return strconv.Quote(scope)
 }
 
 // Admit implements [coordinator.Coordinator].
 func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
-	reply, err := c.call(ctx, admitScript, "admit", scope, p, true,
+	reply, err := c.call(ctx, c.scripts.admit, "admit", scope, p, true,
 		p.Probes, p.ProbeLease.Milliseconds(), claim)
 	if err != nil {
 		return coordinator.Decision{}, err
@@ -159,7 +169,7 @@ func (c *Coordinator) Record(ctx context.Context, scope string, p coordinator.Po
 		}
 		args = append(args, strconv.FormatUint(o.Generation, 10), flags)
 	}
-	reply, err := c.call(ctx, recordScript, "record", scope, p, true, args...)
+	reply, err := c.call(ctx, c.scripts.record, "record", scope, p, true, args...)
 	if err != nil {
 		return coordinator.Result{}, err
 	}
@@ -173,7 +183,7 @@ func (c *Coordinator) Settle(ctx context.Context, scope string, p coordinator.Po
 	if o.Failure || p.IsSlow(o.Duration) {
 		failed = 1
 	}
-	reply, err := c.call(ctx, settleScript, "settle", scope, p, true,
+	reply, err := c.call(ctx, c.scripts.settle, "settle", scope, p, true,
 		claim, strconv.FormatUint(o.Generation, 10), failed,
 		p.OpenFor.Milliseconds(), p.MaxOpenFor.Milliseconds(), p.ProbeSuccesses)
 	if err != nil {
@@ -199,7 +209,7 @@ func (c *Coordinator) result(op, scope string, reply []any) (coordinator.Result,
 // Snapshot implements [coordinator.Coordinator]. It runs a script that only
 // reads (with EVALSHA rather than EVALSHA_RO, which Redis 6 lacks).
 func (c *Coordinator) Snapshot(ctx context.Context, scope string, p coordinator.Policy) (coordinator.Snapshot, error) {
-	reply, err := c.call(ctx, snapshotScript, "snapshot", scope, p, false)
+	reply, err := c.call(ctx, c.scripts.snapshot, "snapshot", scope, p, false)
 	if err != nil {
 		return coordinator.Snapshot{}, err
 	}

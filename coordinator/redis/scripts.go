@@ -6,8 +6,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// Each script is lib.lua followed by the operation, so that the shared
-// helpers cost no extra call.
+// Each script is a line naming the publish command, lib.lua, then the
+// operation, so that the shared helpers cost no extra call.
 var (
 	//go:embed lib.lua
 	libLua string
@@ -20,8 +20,23 @@ var (
 	//go:embed snapshot.lua
 	snapshotLua string
 
-	admitScript    = goredis.NewScript(libLua + admitLua)
-	recordScript   = goredis.NewScript(libLua + recordLua)
-	settleScript   = goredis.NewScript(libLua + settleLua)
-	snapshotScript = goredis.NewScript(libLua + snapshotLua)
+	// A Redis Cluster gets sharded pub/sub, which stays on the shard that
+	// owns the scope's slot instead of flooding every node; a single
+	// server gets plain pub/sub, which Redis 6 has too.
+	plainScripts   = newScripts("PUBLISH")
+	shardedScripts = newScripts("SPUBLISH")
 )
+
+type scripts struct {
+	admit, record, settle, snapshot *goredis.Script
+}
+
+func newScripts(publish string) *scripts {
+	lib := "local PUBLISH = '" + publish + "'\n" + libLua
+	return &scripts{
+		admit:    goredis.NewScript(lib + admitLua),
+		record:   goredis.NewScript(lib + recordLua),
+		settle:   goredis.NewScript(lib + settleLua),
+		snapshot: goredis.NewScript(lib + snapshotLua),
+	}
+}

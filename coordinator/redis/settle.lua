@@ -1,6 +1,6 @@
 -- settle.lua: Settle. Runs after lib.lua.
 --
--- KEYS: 1 state, 2 window, 3 leases, 4 batches (see lib.lua)
+-- KEYS: 1 state, 2 window, 3 leases, 4 batches, 5 channel (see lib.lua)
 -- ARGV: 1 now ms or '', 2 bucket width ms, 3 buckets, 4 fresh generation,
 --   5 scope, 6 GC margin ms, 7 claim, 8 the probe's generation (decimal),
 --   9 1 if the probe failed (an error or too slow) else 0, 10 open for ms,

@@ -1,7 +1,7 @@
 -- snapshot.lua: Snapshot. Runs after lib.lua; reads, never writes: looking
 -- never uses up a probe.
 --
--- KEYS: 1 state, 2 window, 3 leases, 4 batches (see lib.lua)
+-- KEYS: 1 state, 2 window, 3 leases, 4 batches, 5 channel (see lib.lua)
 -- ARGV: 1 now ms or '', 2 bucket width ms, 3 buckets
 -- Reply: {state as of now, stored state, generation, calls, failures, slow,
 --   consecutive failures, opened at, open until, probes in flight,
