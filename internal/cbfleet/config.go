@@ -1,0 +1,164 @@
+package cbfleet
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc"
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// Config is what one replica does. The zero values of the durations and
+// knobs mean the library's defaults.
+type Config struct {
+	ID          int      // sent with every call as metadata cbfleet-id
+	Redis       string   // Redis address; empty: a coordinator of this process alone (memory)
+	Prefix      string   // Redis key prefix; empty: the coordinator's default
+	Target      string   // gRPC server address
+	Methods     []string // TestService methods the callers take turns on: "EmptyCall", "UnaryCall"
+	Concurrency int      // callers
+	Report      time.Duration
+	CallTimeout time.Duration
+
+	Policy             coordinator.Policy
+	FailClosed         bool
+	CoordinatorTimeout time.Duration
+	CoordinatorBackoff time.Duration
+	RecordInterval     time.Duration
+}
+
+// Methods the callers can make.
+const (
+	EmptyCall = "EmptyCall"
+	UnaryCall = "UnaryCall"
+)
+
+// Metadata key that carries Config.ID on every call.
+const IDKey = "cbfleet-id"
+
+func (c *Config) setDefaults() {
+	if len(c.Methods) == 0 {
+		c.Methods = []string{EmptyCall}
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 1
+	}
+	if c.Report <= 0 {
+		c.Report = 50 * time.Millisecond
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 5 * time.Second
+	}
+	if c.Policy == (coordinator.Policy{}) {
+		c.Policy = coordinator.DefaultPolicy()
+	}
+}
+
+func (c *Config) validate() error {
+	if c.Target == "" {
+		return errors.New("cbfleet: -target is required")
+	}
+	for _, m := range c.Methods {
+		if m != EmptyCall && m != UnaryCall {
+			return fmt.Errorf("cbfleet: -methods: unknown method %q; use %s or %s", m, EmptyCall, UnaryCall)
+		}
+	}
+	return nil
+}
+
+// options are the Breaker options c asks for.
+func (c *Config) options() []cbgrpc.Option {
+	opts := []cbgrpc.Option{cbgrpc.WithPolicy(c.Policy)}
+	if c.FailClosed {
+		opts = append(opts, cbgrpc.WithCoordinatorFailure(cbgrpc.FailClosed))
+	}
+	if c.CoordinatorTimeout > 0 {
+		opts = append(opts, cbgrpc.WithCoordinatorTimeout(c.CoordinatorTimeout))
+	}
+	if c.CoordinatorBackoff > 0 {
+		opts = append(opts, cbgrpc.WithCoordinatorBackoff(c.CoordinatorBackoff))
+	}
+	if c.RecordInterval > 0 {
+		opts = append(opts, cbgrpc.WithRecordInterval(c.RecordInterval))
+	}
+	return opts
+}
+
+// Args returns the command line that makes [ParseFlags] return c.
+func (c Config) Args() []string {
+	c.setDefaults()
+	p := c.Policy
+	args := []string{
+		"-id", strconv.Itoa(c.ID),
+		"-redis", c.Redis,
+		"-prefix", c.Prefix,
+		"-target", c.Target,
+		"-methods", strings.Join(c.Methods, ","),
+		"-concurrency", strconv.Itoa(c.Concurrency),
+		"-report", c.Report.String(),
+		"-call-timeout", c.CallTimeout.String(),
+		"-fail-closed=" + strconv.FormatBool(c.FailClosed),
+		"-coordinator-timeout", c.CoordinatorTimeout.String(),
+		"-coordinator-backoff", c.CoordinatorBackoff.String(),
+		"-record-interval", c.RecordInterval.String(),
+		"-window", p.Window.String(),
+		"-buckets", strconv.Itoa(p.Buckets),
+		"-min-calls", strconv.Itoa(p.MinCalls),
+		"-failure-ratio", strconv.FormatFloat(p.FailureRatio, 'g', -1, 64),
+		"-consecutive-failures", strconv.Itoa(p.ConsecutiveFailures),
+		"-slow-call-duration", p.SlowCallDuration.String(),
+		"-slow-call-ratio", strconv.FormatFloat(p.SlowCallRatio, 'g', -1, 64),
+		"-open-for", p.OpenFor.String(),
+		"-max-open-for", p.MaxOpenFor.String(),
+		"-probes", strconv.Itoa(p.Probes),
+		"-probe-lease", p.ProbeLease.String(),
+		"-probe-successes", strconv.Itoa(p.ProbeSuccesses),
+	}
+	return args
+}
+
+// ParseFlags reads a Config from a command line.
+func ParseFlags(name string, args []string) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	d := coordinator.DefaultPolicy()
+	p := &c.Policy
+	var methods string
+	fs.IntVar(&c.ID, "id", 0, "replica number, sent with every call as metadata "+IDKey)
+	fs.StringVar(&c.Redis, "redis", "", "Redis address; empty: a coordinator of this process alone")
+	fs.StringVar(&c.Prefix, "prefix", "", "Redis key prefix (default the coordinator's)")
+	fs.StringVar(&c.Target, "target", "", "gRPC server address (grpc.testing.TestService)")
+	fs.StringVar(&methods, "methods", EmptyCall, "comma-separated TestService methods the callers take turns on")
+	fs.IntVar(&c.Concurrency, "concurrency", 1, "concurrent callers")
+	fs.DurationVar(&c.Report, "report", 50*time.Millisecond, "interval of tick reports")
+	fs.DurationVar(&c.CallTimeout, "call-timeout", 5*time.Second, "deadline of each call")
+	fs.BoolVar(&c.FailClosed, "fail-closed", false, "reject calls of scopes not known open while Redis is unreachable")
+	fs.DurationVar(&c.CoordinatorTimeout, "coordinator-timeout", 0, "cbgrpc.WithCoordinatorTimeout (0: default)")
+	fs.DurationVar(&c.CoordinatorBackoff, "coordinator-backoff", 0, "cbgrpc.WithCoordinatorBackoff (0: default)")
+	fs.DurationVar(&c.RecordInterval, "record-interval", 0, "cbgrpc.WithRecordInterval (0: default)")
+	fs.DurationVar(&p.Window, "window", d.Window, "policy Window")
+	fs.IntVar(&p.Buckets, "buckets", d.Buckets, "policy Buckets")
+	fs.IntVar(&p.MinCalls, "min-calls", d.MinCalls, "policy MinCalls")
+	fs.Float64Var(&p.FailureRatio, "failure-ratio", d.FailureRatio, "policy FailureRatio")
+	fs.IntVar(&p.ConsecutiveFailures, "consecutive-failures", d.ConsecutiveFailures, "policy ConsecutiveFailures")
+	fs.DurationVar(&p.SlowCallDuration, "slow-call-duration", d.SlowCallDuration, "policy SlowCallDuration")
+	fs.Float64Var(&p.SlowCallRatio, "slow-call-ratio", d.SlowCallRatio, "policy SlowCallRatio")
+	fs.DurationVar(&p.OpenFor, "open-for", d.OpenFor, "policy OpenFor")
+	fs.DurationVar(&p.MaxOpenFor, "max-open-for", d.MaxOpenFor, "policy MaxOpenFor")
+	fs.IntVar(&p.Probes, "probes", d.Probes, "policy Probes")
+	fs.DurationVar(&p.ProbeLease, "probe-lease", d.ProbeLease, "policy ProbeLease")
+	fs.IntVar(&p.ProbeSuccesses, "probe-successes", d.ProbeSuccesses, "policy ProbeSuccesses")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("cbfleet: unexpected arguments %q", fs.Args())
+	}
+	c.Methods = strings.Split(methods, ",")
+	c.setDefaults()
+	return c, c.validate()
+}
