@@ -20,10 +20,11 @@ import (
 // its unary and its stream interceptor, and any number of ClientConns; it
 // is safe for concurrent use. Close it when the process is done with it.
 type Breaker struct {
-	c   coordinator.Coordinator
-	cfg config
-	tel *telemetry
-	rec *recorder
+	c     coordinator.Coordinator
+	cfg   config
+	tel   *telemetry
+	rec   *recorder
+	cache *admissionCache // nil when off or when the coordinator has no feed
 
 	// known holds the scopes this process last saw open or half-open:
 	// while the coordinator is unreachable they are rejected. Closed
@@ -67,6 +68,9 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 	}
 	b := &Breaker{c: c, cfg: cfg, tel: tel}
 	b.rec = newRecorder(b)
+	if w, ok := c.(coordinator.Watcher); ok && cfg.cacheMaxAge > 0 {
+		b.cache = newAdmissionCache(b, w, cfg.cacheMaxAge)
+	}
 	return b, nil
 }
 
@@ -100,6 +104,9 @@ func (b *Breaker) Close() error {
 
 	deadline := time.Now().Add(closeTimeout)
 	var errs []error
+	if b.cache != nil && !b.cache.stop(deadline) {
+		errs = append(errs, errors.New("transition feed still open"))
+	}
 	if !b.rec.stop(deadline) {
 		errs = append(errs, errors.New("recorder still sending"))
 	}
@@ -164,9 +171,15 @@ func (b *Breaker) admit(ctx context.Context, scope string) (ticket, error) {
 	}
 	defer b.admits.Done()
 
+	if b.cache != nil {
+		if t, answered, err := b.admitCached(ctx, scope); answered {
+			return t, err
+		}
+	}
 	if !b.mayAsk() {
 		return b.decideWithout(ctx, scope, nil)
 	}
+	epoch := b.learning(scope)
 	claim := uuid.NewString()
 	var d coordinator.Decision
 	err := b.call(ctx, scope, "admit", &b.admits, func(ctx context.Context) error {
@@ -186,6 +199,13 @@ func (b *Breaker) admit(ctx context.Context, scope string) (ticket, error) {
 	}
 	b.recovered()
 	b.remember(scope, d.State, d.RetryAfter)
+	if b.cache != nil {
+		var until time.Time
+		if d.Verdict == coordinator.Reject && d.State == coordinator.StateOpen {
+			until = time.Now().Add(d.RetryAfter)
+		}
+		b.cache.observe(epoch, scope, d.State, d.Generation, until)
+	}
 	if d.Transition != nil {
 		b.tel.transition(ctx, d.Transition, nil)
 	}
@@ -196,6 +216,47 @@ func (b *Breaker) admit(ctx context.Context, scope string) (ticket, error) {
 		return ticket{}, e
 	}
 	return ticket{scope: scope, verdict: d.Verdict, gen: d.Generation, claim: claim, track: true, start: time.Now()}, nil
+}
+
+// admitCached answers from the admission cache when it can.
+func (b *Breaker) admitCached(ctx context.Context, scope string) (t ticket, answered bool, err error) {
+	now := time.Now()
+	e, ok := b.cache.lookup(scope, now)
+	if !ok {
+		return ticket{}, false, nil
+	}
+	if e.state == coordinator.StateClosed {
+		b.tel.decision(ctx, scope, coordinator.Allow, byCache)
+		return ticket{scope: scope, verdict: coordinator.Allow, gen: e.gen, track: true, start: now}, true, nil
+	}
+	b.tel.decision(ctx, scope, coordinator.Reject, byCache)
+	oe := &OpenError{Scope: scope, State: e.state, RetryAfter: e.until.Sub(now), Reason: rejectReason(e.state)}
+	rejected(ctx, oe)
+	return ticket{}, true, oe
+}
+
+// learning is called before a coordinator call about scope; its result goes
+// with the answer to learned, so that the admission cache keeps only what
+// it may trust.
+func (b *Breaker) learning(scope string) uint64 {
+	if b.cache == nil {
+		return 0
+	}
+	return b.cache.begin(scope)
+}
+
+// learned keeps what a Record or Settle said about scope, asked in epoch.
+// Their results carry no open period: a trip they made is open for at
+// least OpenFor; an older one is left to the feed and to admissions.
+func (b *Breaker) learned(epoch uint64, scope string, res coordinator.Result) {
+	b.rememberResult(scope, res)
+	if b.cache != nil {
+		var until time.Time
+		if t := res.Transition; t != nil && t.To == coordinator.StateOpen {
+			until = time.Now().Add(b.cfg.policy.OpenFor)
+		}
+		b.cache.observe(epoch, scope, res.State, res.Generation, until)
+	}
 }
 
 func rejectReason(s coordinator.State) string {

@@ -82,6 +82,7 @@ type config struct {
 	recordInterval time.Duration
 	queueSize      int
 	scopeInMetrics bool
+	cacheMaxAge    time.Duration
 	tp             trace.TracerProvider
 	mp             metric.MeterProvider
 }
@@ -97,6 +98,7 @@ func newConfig(opts []Option) config {
 		backoff:        DefaultCoordinatorBackoff,
 		recordInterval: DefaultRecordInterval,
 		queueSize:      DefaultQueueSize,
+		cacheMaxAge:    DefaultAdmissionCacheMaxAge,
 	}
 	for _, m := range defaultExcluded {
 		c.excluded[m] = struct{}{}
@@ -133,6 +135,9 @@ func (c *config) validate() error {
 	}
 	if c.recordInterval <= 0 {
 		return fmt.Errorf("cbgrpc: WithRecordInterval: must be positive, got %v", c.recordInterval)
+	}
+	if c.cacheMaxAge < 0 {
+		return fmt.Errorf("cbgrpc: WithAdmissionCache: max age must be positive, or 0 to turn the cache off; got %v", c.cacheMaxAge)
 	}
 	if c.queueSize < 1 {
 		return fmt.Errorf("cbgrpc: WithQueueSize: must be at least 1, got %d", c.queueSize)
@@ -223,6 +228,27 @@ func WithRecordInterval(d time.Duration) Option {
 // it, outcomes are dropped and counted. The default is [DefaultQueueSize].
 func WithQueueSize(n int) Option {
 	return optionFunc(func(c *config) { c.queueSize = n })
+}
+
+// WithAdmissionCache sets how long this process may admit a scope it knows
+// to be closed without asking the coordinator again; 0 turns the cache off,
+// so that every admission asks (one round trip per call). The default is
+// [DefaultAdmissionCacheMaxAge].
+//
+// The cache works only over a coordinator that publishes its transitions
+// ([coordinator.Watcher]; both coordinators of this module do). While the
+// feed is connected, a scope known closed is admitted locally and a scope
+// known open is rejected locally until its open period ends; half-open
+// always asks the coordinator. A trip made anywhere in the fleet reaches
+// the cache over the feed within a few milliseconds. What it trades: calls
+// admitted between a trip and the moment its news arrives go through (their
+// outcomes are stale and change nothing), and if the feed dies without an
+// error this process may admit a tripped scope for up to maxAge (or until
+// its next Record result says otherwise). When the feed breaks, the cache
+// is dropped and every admission asks the coordinator until a new feed
+// follows the scope.
+func WithAdmissionCache(maxAge time.Duration) Option {
+	return optionFunc(func(c *config) { c.cacheMaxAge = maxAge })
 }
 
 // WithScopeInMetrics adds the scope as the attribute cbgrpc.scope to every

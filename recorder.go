@@ -186,6 +186,7 @@ func (r *recorder) record(scope string, outcomes []coordinator.Outcome, links []
 	// The same ID on the retry: a Record that did land before its answer
 	// was lost then counts once.
 	ctx := coordinator.WithBatchID(context.Background(), uuid.NewString())
+	epoch := b.learning(scope)
 	var res coordinator.Result
 	err := b.call(ctx, scope, "record", &r.wg, func(ctx context.Context) error {
 		var err error
@@ -197,7 +198,7 @@ func (r *recorder) record(scope string, outcomes []coordinator.Outcome, links []
 		b.tel.drop(scope, dropCoordinator, len(outcomes))
 		return
 	}
-	b.rememberResult(scope, res)
+	b.learned(epoch, scope, res)
 	if res.Transition != nil {
 		b.tel.transition(context.Background(), res.Transition, links)
 	}
@@ -216,6 +217,7 @@ func (r *recorder) settle(it item) {
 			b.tel.drop(it.scope, dropBackoff, 1)
 			return
 		}
+		epoch := b.learning(it.scope)
 		var res coordinator.Result
 		err := b.call(context.Background(), it.scope, "settle", &r.wg, func(ctx context.Context) error {
 			var err error
@@ -227,7 +229,7 @@ func (r *recorder) settle(it item) {
 			b.tel.drop(it.scope, dropCoordinator, 1)
 			return
 		}
-		b.rememberResult(it.scope, res)
+		b.learned(epoch, it.scope, res)
 		if res.Transition != nil {
 			// The probe caused it: the span is the probe call's child.
 			parent := trace.ContextWithSpanContext(context.Background(), it.caller)

@@ -36,6 +36,7 @@ const (
 	byCoordinator   = "coordinator"    // the coordinator answered
 	byKnownState    = "known_state"    // coordinator unavailable, scope last seen not closed
 	byFailurePolicy = "failure_policy" // coordinator unavailable, FailOpen or FailClosed
+	byCache         = "cache"          // answered locally from what the coordinator and its feed said
 )
 
 // Why an outcome or settlement was not delivered.
@@ -66,6 +67,16 @@ type telemetry struct {
 	dropped     metric.Int64Counter
 	latency     metric.Float64Histogram
 	errors      metric.Int64Counter
+	feedLosses  metric.Int64Counter
+
+	// plain holds the attribute options of decisions without the scope,
+	// made once: the cached admission path must not allocate per call.
+	plain map[decisionKey]metric.MeasurementOption
+}
+
+type decisionKey struct {
+	v  coordinator.Verdict
+	by string
 }
 
 func newTelemetry(c *config) (*telemetry, error) {
@@ -101,6 +112,17 @@ func newTelemetry(c *config) (*telemetry, error) {
 		metric.WithUnit("{operation}")); err != nil {
 		return nil, err
 	}
+	if t.feedLosses, err = m.Int64Counter("cbgrpc.feed.losses",
+		metric.WithDescription("Times the coordinator's transition feed could not be opened or broke; the admission cache is dropped each time."),
+		metric.WithUnit("{loss}")); err != nil {
+		return nil, err
+	}
+	t.plain = make(map[decisionKey]metric.MeasurementOption)
+	for _, v := range []coordinator.Verdict{coordinator.Allow, coordinator.Probe, coordinator.Reject} {
+		for _, by := range []string{byCoordinator, byKnownState, byFailurePolicy, byCache} {
+			t.plain[decisionKey{v, by}] = metric.WithAttributes(attrVerdict.String(v.String()), attrSource.String(by))
+		}
+	}
 	return t, nil
 }
 
@@ -113,7 +135,15 @@ func (t *telemetry) attrs(scope string, kvs ...attribute.KeyValue) metric.Measur
 }
 
 func (t *telemetry) decision(ctx context.Context, scope string, v coordinator.Verdict, by string) {
+	if !t.scopeInMetrics {
+		t.decisions.Add(ctx, 1, t.plain[decisionKey{v, by}])
+		return
+	}
 	t.decisions.Add(ctx, 1, t.attrs(scope, attrVerdict.String(v.String()), attrSource.String(by)))
+}
+
+func (t *telemetry) feedLost(ctx context.Context, err error) {
+	t.feedLosses.Add(ctx, 1, metric.WithAttributes(attrError.String(errorKind(err))))
 }
 
 func (t *telemetry) drop(scope, reason string, n int) {

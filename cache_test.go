@@ -1,0 +1,234 @@
+package cbgrpc
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+)
+
+// feedCoordinator is a counting test coordinator that also offers the
+// memory coordinator's transition feed, which a test can break.
+type feedCoordinator struct {
+	*testCoordinator
+	w coordinator.Watcher
+
+	mu      sync.Mutex
+	watches []coordinator.Watch
+	refuse  bool // Watch fails
+	opened  int
+}
+
+func newFeedCoordinator(t testing.TB, m *memory.Coordinator) *feedCoordinator {
+	return &feedCoordinator{testCoordinator: newTestCoordinator(t, m), w: m}
+}
+
+func (c *feedCoordinator) Watch(ctx context.Context) (coordinator.Watch, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refuse {
+		return nil, errTransport
+	}
+	w, err := c.w.Watch(ctx)
+	if err == nil {
+		c.watches = append(c.watches, w)
+		c.opened++
+	}
+	return w, err
+}
+
+// breakFeed closes every open subscription and refuses new ones until
+// mend: the Breaker's Next fails as on a broken connection.
+func (c *feedCoordinator) breakFeed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refuse = true
+	for _, w := range c.watches {
+		w.Close()
+	}
+	c.watches = nil
+}
+
+func (c *feedCoordinator) mend() {
+	c.mu.Lock()
+	c.refuse = false
+	c.mu.Unlock()
+}
+
+// followed reports whether b's feed follows scope, so that its answers are
+// cached.
+func followed(b *Breaker, scope string) bool {
+	epoch := b.cache.epoch.Load()
+	b.cache.mu.RLock()
+	defer b.cache.mu.RUnlock()
+	e, ok := b.cache.followed[scope]
+	return ok && epoch != 0 && e == epoch
+}
+
+func cached(b *Breaker, scope string) (cacheEntry, bool) {
+	return b.cache.lookup(scope, time.Now())
+}
+
+// admitN admits n calls of scope and finishes each as a success.
+func admitN(t *testing.T, b *Breaker, scope string, n int) {
+	t.Helper()
+	for range n {
+		tk, err := b.admit(context.Background(), scope)
+		if err != nil {
+			t.Fatalf("admit: %v", err)
+		}
+		b.finish(context.Background(), tk, "/m", nil)
+	}
+}
+
+func TestCacheAdmitsKnownClosedScopeWithoutAsking(t *testing.T) {
+	fc := newFeedCoordinator(t, memory.New())
+	b := newBreaker(t, fc, WithPolicy(tripPolicy()))
+	const scope = "cache/closed"
+	admitN(t, b, scope, 1)
+	eventually(t, "the feed follows the scope", func() bool { return followed(b, scope) })
+	admitN(t, b, scope, 1) // asked after the scope is followed: now cached
+	asked := fc.admits.Load()
+	admitN(t, b, scope, 1000)
+	if got := fc.admits.Load() - asked; got != 0 {
+		t.Errorf("1000 admissions of a cached closed scope asked the coordinator %d times, want 0", got)
+	}
+}
+
+func TestCacheHearsTripOfAnotherReplica(t *testing.T) {
+	m := memory.New()
+	fc := newFeedCoordinator(t, m)
+	b := newBreaker(t, fc, WithPolicy(tripPolicy()))
+	other := newBreaker(t, m, WithPolicy(tripPolicy()), WithAdmissionCache(0))
+	const scope = "cache/trip"
+	admitN(t, b, scope, 1)
+	eventually(t, "the feed follows the scope", func() bool { return followed(b, scope) })
+	admitN(t, b, scope, 1)
+	if e, ok := cached(b, scope); !ok || e.state != coordinator.StateClosed {
+		t.Fatalf("cache: %+v, %v; want closed", e, ok)
+	}
+
+	// The other replica trips the scope; this one hears it on the feed.
+	tk, err := other.admit(context.Background(), scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.finish(context.Background(), tk, "/m", errTransport)
+	eventually(t, "the trip reaches the cache", func() bool {
+		e, ok := cached(b, scope)
+		return ok && e.state == coordinator.StateOpen
+	})
+	asked := fc.admits.Load()
+	_, err = b.admit(context.Background(), scope)
+	var oe *OpenError
+	if !errors.As(err, &oe) || oe.State != coordinator.StateOpen || oe.RetryAfter <= 0 {
+		t.Fatalf("admission after the trip: %v, want a local rejection with RetryAfter", err)
+	}
+	if fc.admits.Load() != asked {
+		t.Error("the rejection asked the coordinator")
+	}
+	// The process remembers the scope as open, for when the coordinator
+	// is unreachable.
+	if _, ok := b.known.Load(scope); !ok {
+		t.Error("a trip heard on the feed is not remembered as non-closed")
+	}
+}
+
+func TestCacheDroppedWhenFeedBreaks(t *testing.T) {
+	fc := newFeedCoordinator(t, memory.New())
+	m := newMetrics()
+	b := newBreaker(t, fc, WithPolicy(tripPolicy()), WithMeterProvider(m.mp))
+	const scope = "cache/feed-lost"
+	admitN(t, b, scope, 1)
+	eventually(t, "the feed follows the scope", func() bool { return followed(b, scope) })
+	admitN(t, b, scope, 1)
+	if _, ok := cached(b, scope); !ok {
+		t.Fatal("closed scope not cached")
+	}
+
+	fc.breakFeed()
+	eventually(t, "the cache is dropped", func() bool { return b.cache.epoch.Load() == 0 })
+	asked := fc.admits.Load()
+	admitN(t, b, scope, 10)
+	if got := fc.admits.Load() - asked; got != 10 {
+		t.Errorf("10 admissions without a feed asked the coordinator %d times, want 10", got)
+	}
+	if n := m.sum(t, "cbgrpc.feed.losses"); n < 1 {
+		t.Errorf("cbgrpc.feed.losses = %d after the feed broke, want at least 1", n)
+	}
+
+	fc.mend()
+	eventually(t, "a new feed follows the scope again", func() bool { return followed(b, scope) })
+	admitN(t, b, scope, 1)
+	asked = fc.admits.Load()
+	admitN(t, b, scope, 10)
+	if got := fc.admits.Load() - asked; got != 0 {
+		t.Errorf("after the feed came back, 10 admissions asked %d times, want 0", got)
+	}
+}
+
+func TestCacheAsksAgainAfterMaxAge(t *testing.T) {
+	fc := newFeedCoordinator(t, memory.New())
+	const maxAge = 20 * time.Millisecond
+	b := newBreaker(t, fc, WithPolicy(tripPolicy()), WithAdmissionCache(maxAge))
+	const scope = "cache/max-age"
+	admitN(t, b, scope, 1)
+	eventually(t, "the feed follows the scope", func() bool { return followed(b, scope) })
+	admitN(t, b, scope, 1)
+	e, ok := cached(b, scope)
+	if !ok {
+		t.Fatal("closed scope not cached")
+	}
+	// Wait out the bound (no outcome is recorded meanwhile to refresh it).
+	eventually(t, "the entry ages out", func() bool { return time.Since(e.checked) > maxAge })
+	asked := fc.admits.Load()
+	admitN(t, b, scope, 1)
+	if fc.admits.Load() != asked+1 {
+		t.Error("an entry older than the max age was answered locally")
+	}
+}
+
+func TestCacheHalfOpenAlwaysAsks(t *testing.T) {
+	clk := newClock()
+	m := memory.New(memory.WithClock(clk.Now))
+	fc := newFeedCoordinator(t, m)
+	p := tripPolicy()
+	p.Probes = 2
+	p.ProbeSuccesses = 2
+	p.OpenFor = 50 * time.Millisecond
+	b := newBreaker(t, fc, WithPolicy(p))
+	const scope = "cache/half-open"
+	admitN(t, b, scope, 1)
+	eventually(t, "the feed follows the scope", func() bool { return followed(b, scope) })
+	tk, err := b.admit(context.Background(), scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.finish(context.Background(), tk, "/m", errTransport)
+	eventually(t, "the trip reaches the cache", func() bool {
+		e, ok := cached(b, scope)
+		return ok && e.state == coordinator.StateOpen
+	})
+	clk.Add(p.OpenFor)
+	// The cache's open period is measured in local time: wait it out.
+	eventually(t, "the cached open period ends", func() bool { _, ok := cached(b, scope); return !ok })
+	asked := fc.admits.Load()
+	for range 3 {
+		b.admit(context.Background(), scope)
+	}
+	if got := fc.admits.Load() - asked; got != 3 {
+		t.Errorf("3 admissions in half-open asked the coordinator %d times, want 3", got)
+	}
+}
+
+func TestWithAdmissionCacheRejectsNegative(t *testing.T) {
+	_, err := New(memory.New(), WithAdmissionCache(-time.Second))
+	if err == nil || !strings.Contains(err.Error(), "WithAdmissionCache") {
+		t.Fatalf("New with a negative max age: %v, want an error naming WithAdmissionCache", err)
+	}
+}
