@@ -40,8 +40,8 @@ type Decision struct {
 	Verdict    Verdict
 	State      State         // state after the decision
 	Generation uint64        // generation the admitted call belongs to
-	RetryAfter time.Duration // on Reject: time until a probe slot may be free
-	Transition *Transition   // non-nil when this admission moved the breaker (open -> half-open)
+	RetryAfter time.Duration // on Reject: time until a probe slot may be free, or until an isolation for a set time ends (0 when isolated until released)
+	Transition *Transition   // non-nil when this admission moved the breaker (open -> half-open, or an ended isolation -> closed)
 }
 
 // Outcome is the result of one admitted call.
@@ -80,9 +80,15 @@ type Snapshot struct {
 	// ConsecutiveFailures is the current run of failures while closed.
 	ConsecutiveFailures int
 
-	OpenedAt  time.Time // when the breaker last opened; zero if it never did in this generation line
-	OpenUntil time.Time // end of the current open period; zero unless open or half-open
+	OpenedAt  time.Time // when the breaker last opened or was isolated; zero if it never was in this generation line
+	OpenUntil time.Time // end of the current open period, or of an isolation for a set time; zero otherwise
 
 	ProbesInFlight int // live probe leases
 	ProbeSuccesses int // successful probes in this half-open period
+
+	// Operator is the note of the operator who isolated or disabled the
+	// breaker (see [Controller]), and ForcedAt when; both are zero in the
+	// other states.
+	Operator Note
+	ForcedAt time.Time
 }

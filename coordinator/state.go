@@ -12,6 +12,12 @@ const (
 	StateOpen
 	// StateHalfOpen admits a limited number of probe calls.
 	StateHalfOpen
+	// StateIsolated is forced open by an operator (see [Controller]): it
+	// rejects every call and sends no probes until released.
+	StateIsolated
+	// StateDisabled is forced closed by an operator: it admits every call
+	// and counts outcomes, but no rule trips it until it is enabled.
+	StateDisabled
 )
 
 func (s State) String() string {
@@ -22,6 +28,10 @@ func (s State) String() string {
 		return "open"
 	case StateHalfOpen:
 		return "half-open"
+	case StateIsolated:
+		return "isolated"
+	case StateDisabled:
+		return "disabled"
 	}
 	return "State(" + strconv.Itoa(int(s)) + ")"
 }

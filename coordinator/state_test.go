@@ -9,7 +9,8 @@ import (
 
 func TestStateString(t *testing.T) {
 	for s, want := range map[coordinator.State]string{
-		coordinator.StateClosed: "closed", coordinator.StateOpen: "open", coordinator.StateHalfOpen: "half-open", 7: "State(7)",
+		coordinator.StateClosed: "closed", coordinator.StateOpen: "open", coordinator.StateHalfOpen: "half-open",
+		coordinator.StateIsolated: "isolated", coordinator.StateDisabled: "disabled", 7: "State(7)",
 	} {
 		if got := s.String(); got != want {
 			t.Errorf("State(%d).String() = %q; want %q", int(s), got, want)

@@ -96,6 +96,15 @@ var rules = []struct {
 	{"TransitionFields", testTransitionFields},
 	// the optional transition feed
 	{"WatchDeliversTransitionsOfFollowedScopes", testWatchDeliversTransitionsOfFollowedScopes},
+	// the optional manual control (control.go)
+	{"IsolateRejectsEveryAdmit", testIsolateRejectsEveryAdmit},
+	{"IsolateForExpiresByItself", testIsolateForExpiresByItself},
+	{"ReleaseClosesWithNewGeneration", testReleaseClosesWithNewGeneration},
+	{"DisableAllowsAndNeverTrips", testDisableAllowsAndNeverTrips},
+	{"EnableRestoresNormalRules", testEnableRestoresNormalRules},
+	{"ManualStatesNeverExpire", testManualStatesNeverExpire},
+	{"ManualStatesAreTransitions", testManualStatesAreTransitions},
+	{"InvalidNoteIsAnError", testInvalidNoteIsAnError},
 }
 
 func testClosedAdmitsWithCurrentGeneration(t *testing.T, f Factory) {

@@ -57,6 +57,11 @@ type breaker struct {
 	// expiresAt is when a closed breaker has nothing left worth keeping:
 	// every bucket it wrote has left the window.
 	expiresAt int64
+
+	// note and forcedAt are what the operator said when isolating or
+	// disabling the breaker, and when.
+	note     coordinator.Note
+	forcedAt int64
 }
 
 func (b *breaker) expired(now int64) bool {
@@ -73,12 +78,38 @@ func (b *breaker) transition(from coordinator.State, now int64, reason string) *
 }
 
 // stateAt is the state as of now: an open breaker whose period ended reads
-// half-open, without changing anything.
+// half-open, and an isolation that ended reads closed, without changing
+// anything.
 func (b *breaker) stateAt(now int64) coordinator.State {
 	if b.state == coordinator.StateOpen && now >= b.openUntil {
 		return coordinator.StateHalfOpen
 	}
+	if b.isolationOver(now) {
+		return coordinator.StateClosed
+	}
 	return b.state
+}
+
+// genAt is the generation as of now: an isolation that ended reads as the
+// generation its release will start.
+func (b *breaker) genAt(now int64) uint64 {
+	if b.isolationOver(now) {
+		return b.gen + 1
+	}
+	return b.gen
+}
+
+// isolationOver reports whether the breaker is isolated for a set time
+// that has passed: it is released lazily, by the next Admit or Controller
+// operation.
+func (b *breaker) isolationOver(now int64) bool {
+	return b.state == coordinator.StateIsolated && b.openUntil != 0 && now >= b.openUntil
+}
+
+// endIsolation releases an isolation whose time has passed.
+func (b *breaker) endIsolation(r *rules, now int64) *coordinator.Transition {
+	b.close(r, now)
+	return b.transition(coordinator.StateIsolated, now, coordinator.IsolationEnded)
 }
 
 func (b *breaker) admit(r *rules, now int64, claim string) coordinator.Decision {
@@ -95,6 +126,16 @@ func (b *breaker) admit(r *rules, now int64, claim string) coordinator.Decision 
 		return d
 	case coordinator.StateHalfOpen:
 		return b.claimProbe(r, now, claim)
+	case coordinator.StateIsolated:
+		if !b.isolationOver(now) {
+			d := coordinator.Decision{Verdict: coordinator.Reject, State: b.state, Generation: b.gen}
+			if b.openUntil != 0 {
+				d.RetryAfter = ms(b.openUntil - now)
+			}
+			return d
+		}
+		t := b.endIsolation(r, now)
+		return coordinator.Decision{Verdict: coordinator.Allow, State: b.state, Generation: b.gen, Transition: t}
 	}
 	return coordinator.Decision{Verdict: coordinator.Allow, State: b.state, Generation: b.gen}
 }
@@ -132,7 +173,7 @@ func (b *breaker) claimProbe(r *rules, now int64, claim string) coordinator.Deci
 }
 
 func (b *breaker) result(now int64, stale int, t *coordinator.Transition) coordinator.Result {
-	return coordinator.Result{State: b.stateAt(now), Generation: b.gen, Stale: stale, Transition: t}
+	return coordinator.Result{State: b.stateAt(now), Generation: b.genAt(now), Stale: stale, Transition: t}
 }
 
 func (b *breaker) seenBatch(id string) bool {
@@ -150,7 +191,7 @@ func (b *breaker) rememberBatch(id string) {
 }
 
 func (b *breaker) record(r *rules, now int64, batch string, outcomes []coordinator.Outcome) coordinator.Result {
-	if b.state != coordinator.StateClosed || b.seenBatch(batch) {
+	if (b.state != coordinator.StateClosed && b.state != coordinator.StateDisabled) || b.seenBatch(batch) {
 		return b.result(now, len(outcomes), nil)
 	}
 	var t *coordinator.Transition
@@ -162,6 +203,9 @@ func (b *breaker) record(r *rules, now int64, batch string, outcomes []coordinat
 		}
 		counted++
 		b.add(r, now, o)
+		if b.state == coordinator.StateDisabled {
+			continue
+		}
 		if reason := b.tripReason(r, now); reason != "" {
 			b.open(r.openFor, now)
 			t = b.transition(coordinator.StateClosed, now, reason)
@@ -264,6 +308,7 @@ func (b *breaker) close(r *rules, now int64) {
 	b.successes = 0
 	b.window = nil
 	b.leases = nil
+	b.note, b.forcedAt = coordinator.Note{}, 0
 	// Keep the new generation for a window, so that calls admitted under
 	// it can still be recorded.
 	b.expiresAt = (now/r.width + r.buckets) * r.width
@@ -297,6 +342,10 @@ func (b *breaker) settle(r *rules, now int64, claim string, o coordinator.Outcom
 }
 
 func (b *breaker) snapshot(r *rules, now int64) coordinator.Snapshot {
+	if b.isolationOver(now) {
+		// As the release will leave it.
+		return coordinator.Snapshot{Scope: b.scope, State: coordinator.StateClosed, Generation: b.gen + 1, OpenedAt: time.UnixMilli(b.openedAt)}
+	}
 	s := coordinator.Snapshot{
 		Scope:               b.scope,
 		State:               b.stateAt(now),
@@ -308,8 +357,11 @@ func (b *breaker) snapshot(r *rules, now int64) coordinator.Snapshot {
 	if b.openedAt != 0 {
 		s.OpenedAt = time.UnixMilli(b.openedAt)
 	}
-	if b.state != coordinator.StateClosed {
+	if b.openUntil != 0 {
 		s.OpenUntil = time.UnixMilli(b.openUntil)
+	}
+	if b.forcedAt != 0 {
+		s.Operator, s.ForcedAt = b.note, time.UnixMilli(b.forcedAt)
 	}
 	for _, deadline := range b.leases {
 		if deadline > now {

@@ -1,0 +1,133 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Controller is implemented by coordinators that let an operator force a
+// breaker's state for the whole fleet. Each method is one atomic operation
+// like those of [Coordinator]: it reads the clock once, and a change of
+// state is a [Transition] like any other, returned in the [Result] and
+// published to [Watcher] subscriptions. Its Reason carries the operator's
+// note ("isolated by alice for 10m0s: payments outage").
+//
+// Generations: Isolate and Release start a new generation, as a trip and a
+// recovery do, so that nothing admitted before them counts after them.
+// Disable and Enable keep the generation and the window: they only switch
+// the rules off and on, so the outcomes counted while disabled stay in the
+// window after Enable and are judged by the rules from the next Record on.
+//
+// Manual states never expire; an isolation for a set time ends lazily,
+// like an open period: the state reads closed (in a new generation) from
+// its end on, and the first Admit or Controller operation after the end
+// makes the transition "isolation ended". Calling a method that would not
+// change the state (Release of a closed breaker, Enable of one that is not
+// disabled) changes nothing and reports no transition, so retrying any of
+// them is safe. Isolate of an isolated breaker replaces its note and end.
+type Controller interface {
+	// Isolate forces the breaker open: every Admit rejects and no probe is
+	// sent until Release, or until n.For has passed when it is set. It
+	// starts a new generation and drops the window and probe leases.
+	// n.Reason is required.
+	Isolate(ctx context.Context, scope string, p Policy, n Note) (Result, error)
+
+	// Release puts a breaker that is not closed (open, half-open, isolated
+	// or disabled) back to closed, in a new generation with an empty
+	// window.
+	Release(ctx context.Context, scope string, p Policy, n Note) (Result, error)
+
+	// Disable forces the breaker closed: every Admit allows and Record
+	// still counts outcomes, but nothing trips it until Enable. It keeps
+	// the generation; probe leases are dropped. n.Reason is required.
+	Disable(ctx context.Context, scope string, p Policy, n Note) (Result, error)
+
+	// Enable puts a disabled breaker back under its rules, closed, in the
+	// same generation with the window it counted while disabled.
+	Enable(ctx context.Context, scope string, p Policy, n Note) (Result, error)
+}
+
+// Note is what an operator says about a manual change: who, why, and for
+// Isolate how long.
+type Note struct {
+	By     string        // who: a person or a tool, optional
+	Reason string        // why; required by Isolate and Disable
+	For    time.Duration // Isolate only: the isolation ends by itself after this long; 0 = until released
+}
+
+// Limits on a [Note], so that a note fits a table row and a log line.
+const (
+	MaxNoteBy     = 200
+	MaxNoteReason = 1000
+)
+
+// ErrInvalidNote is wrapped by every error that [Note.Validate] returns.
+var ErrInvalidNote = errors.New("invalid note")
+
+// Validate reports whether n can go with op, one of "isolate", "release",
+// "disable" and "enable"; the error wraps [ErrInvalidNote] and says which
+// field is wrong and why. The Controller methods call it.
+func (n Note) Validate(op string) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidNote, fmt.Sprintf(format, args...))
+	}
+	switch op {
+	case "isolate", "disable":
+		if strings.TrimSpace(n.Reason) == "" {
+			return bad("a reason is required to %s a breaker", op)
+		}
+	case "release", "enable":
+	default:
+		return bad("unknown operation %q", op)
+	}
+	if n.For < 0 {
+		return bad("For is %v; want 0 (until released) or more", n.For)
+	}
+	if n.For != 0 && op != "isolate" {
+		return bad("For is %v; only isolate takes a duration", n.For)
+	}
+	if n.For != 0 && n.For < time.Millisecond {
+		return bad("For is %v; coordinators count whole milliseconds", n.For)
+	}
+	if len(n.By) > MaxNoteBy {
+		return bad("By is %d bytes; at most %d", len(n.By), MaxNoteBy)
+	}
+	if len(n.Reason) > MaxNoteReason {
+		return bad("Reason is %d bytes; at most %d", len(n.Reason), MaxNoteReason)
+	}
+	for _, f := range [...]struct{ name, v string }{{"By", n.By}, {"Reason", n.Reason}} {
+		if i := strings.IndexFunc(f.v, unicode.IsControl); i >= 0 {
+			return bad("%s holds control character %q at byte %d; a note is one line of text", f.name, f.v[i], i)
+		}
+	}
+	return nil
+}
+
+// Describe is the Reason of the transition that op with this note makes:
+// "isolated by alice for 10m0s: payments outage", "enabled", ...
+func (n Note) Describe(op string) string {
+	verb := map[string]string{"isolate": "isolated", "release": "released", "disable": "disabled", "enable": "enabled"}[op]
+	if verb == "" {
+		verb = op
+	}
+	var b strings.Builder
+	b.WriteString(verb)
+	if n.By != "" {
+		b.WriteString(" by " + n.By)
+	}
+	if n.For > 0 {
+		b.WriteString(" for " + n.For.Truncate(time.Millisecond).String())
+	}
+	if n.Reason != "" {
+		b.WriteString(": " + n.Reason)
+	}
+	return b.String()
+}
+
+// IsolationEnded is the Reason of the transition an isolation for a set
+// time makes when it ends by itself.
+const IsolationEnded = "isolation ended"

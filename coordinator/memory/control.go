@@ -1,0 +1,102 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+var _ coordinator.Controller = (*Coordinator)(nil)
+
+// Isolate implements [coordinator.Controller].
+func (c *Coordinator) Isolate(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
+	return c.control(ctx, "isolate", scope, p, n)
+}
+
+// Release implements [coordinator.Controller].
+func (c *Coordinator) Release(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
+	return c.control(ctx, "release", scope, p, n)
+}
+
+// Disable implements [coordinator.Controller].
+func (c *Coordinator) Disable(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
+	return c.control(ctx, "disable", scope, p, n)
+}
+
+// Enable implements [coordinator.Controller].
+func (c *Coordinator) Enable(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
+	return c.control(ctx, "enable", scope, p, n)
+}
+
+func (c *Coordinator) control(ctx context.Context, op, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
+	if err := n.Validate(op); err != nil {
+		return coordinator.Result{}, fmt.Errorf("memory coordinator: %s %q: %w", op, scope, err)
+	}
+	var res coordinator.Result
+	err := c.op(ctx, op, scope, p, func(b *breaker, r *rules, now int64) *coordinator.Transition {
+		var ended *coordinator.Transition
+		if b.isolationOver(now) {
+			ended = b.endIsolation(r, now)
+		}
+		t := b.control(r, now, op, n)
+		if t == nil {
+			t = ended
+		} else if ended != nil {
+			// Both go out, in order; the operation reports its own.
+			c.publish(ended)
+		}
+		res = b.result(now, 0, t)
+		return t
+	})
+	return res, err
+}
+
+// control applies one operator command and returns the transition it made,
+// if any.
+func (b *breaker) control(r *rules, now int64, op string, n coordinator.Note) *coordinator.Transition {
+	from := b.state
+	switch op {
+	case "isolate":
+		if from != coordinator.StateIsolated {
+			b.state = coordinator.StateIsolated
+			b.gen++
+			b.openedAt = now
+			b.openFor = 0
+			b.consec = 0
+			b.successes = 0
+			b.window = nil
+			b.leases = nil
+		}
+		b.openUntil = 0
+		if n.For > 0 {
+			b.openUntil = now + n.For.Milliseconds()
+		}
+		b.note, b.forcedAt = n, now
+	case "release":
+		if from != coordinator.StateClosed {
+			b.close(r, now)
+		}
+	case "disable":
+		if from != coordinator.StateDisabled {
+			b.state = coordinator.StateDisabled
+			b.openFor = 0
+			b.openUntil = 0
+			b.successes = 0
+			b.leases = nil
+		}
+		b.note, b.forcedAt = n, now
+	case "enable":
+		if from == coordinator.StateDisabled {
+			b.state = coordinator.StateClosed
+			b.note, b.forcedAt = coordinator.Note{}, 0
+			// Kept for a window from now, as after a recovery: past every
+			// bucket counted while disabled.
+			b.expiresAt = (now/r.width + r.buckets) * r.width
+		}
+	}
+	if b.state == from {
+		return nil
+	}
+	return b.transition(from, now, n.Describe(op))
+}
