@@ -23,6 +23,9 @@ type Config struct {
 	Concurrency int      // callers
 	Report      time.Duration
 	CallTimeout time.Duration
+	// RejectPause is how long a caller waits after a rejected call, as a
+	// real client would rather than spin; zero: it calls again at once.
+	RejectPause time.Duration
 
 	Policy             coordinator.Policy
 	FailClosed         bool
@@ -101,6 +104,7 @@ func (c Config) Args() []string {
 		"-concurrency", strconv.Itoa(c.Concurrency),
 		"-report", c.Report.String(),
 		"-call-timeout", c.CallTimeout.String(),
+		"-reject-pause", c.RejectPause.String(),
 		"-fail-closed=" + strconv.FormatBool(c.FailClosed),
 		"-coordinator-timeout", c.CoordinatorTimeout.String(),
 		"-coordinator-backoff", c.CoordinatorBackoff.String(),
@@ -136,6 +140,7 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.IntVar(&c.Concurrency, "concurrency", 1, "concurrent callers")
 	fs.DurationVar(&c.Report, "report", 50*time.Millisecond, "interval of tick reports")
 	fs.DurationVar(&c.CallTimeout, "call-timeout", 5*time.Second, "deadline of each call")
+	fs.DurationVar(&c.RejectPause, "reject-pause", 0, "pause of a caller after a rejected call")
 	fs.BoolVar(&c.FailClosed, "fail-closed", false, "reject calls of scopes not known open while Redis is unreachable")
 	fs.DurationVar(&c.CoordinatorTimeout, "coordinator-timeout", 0, "cbgrpc.WithCoordinatorTimeout (0: default)")
 	fs.DurationVar(&c.CoordinatorBackoff, "coordinator-backoff", 0, "cbgrpc.WithCoordinatorBackoff (0: default)")

@@ -229,6 +229,9 @@ func (r *replica) caller(i int) {
 		d := time.Since(start)
 		cancel()
 		r.ended(method, d, err)
+		if r.cfg.RejectPause > 0 && errors.Is(err, cbgrpc.ErrOpen) {
+			time.Sleep(r.cfg.RejectPause)
+		}
 	}
 }
 

@@ -57,7 +57,7 @@ func Start(t testing.TB, bin string, cfgs ...cbfleet.Config) Fleet {
 		f[i] = start(t, bin, cfg)
 	}
 	for _, r := range f {
-		r.waitFor(t, "ready", readyTimeout, func(rep cbfleet.Report) bool { return rep.Event != "" })
+		r.WaitFor(t, "ready", readyTimeout, func(rep cbfleet.Report) bool { return rep.Event != "" })
 	}
 	return f
 }
@@ -164,8 +164,9 @@ func (r *Replica) diag() string {
 	return msg
 }
 
-// waitFor polls the latest report until ok holds or timeout passes.
-func (r *Replica) waitFor(t testing.TB, what string, timeout time.Duration, ok func(cbfleet.Report) bool) cbfleet.Report {
+// WaitFor polls the latest report until ok holds or timeout passes, and
+// returns it.
+func (r *Replica) WaitFor(t testing.TB, what string, timeout time.Duration, ok func(cbfleet.Report) bool) cbfleet.Report {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -264,7 +265,7 @@ func (f Fleet) WaitAll(t testing.TB, what string, timeout time.Duration, ok func
 	deadline := time.Now().Add(timeout)
 	reps := make([]cbfleet.Report, len(f))
 	for i, r := range f {
-		reps[i] = r.waitFor(t, what, time.Until(deadline), ok)
+		reps[i] = r.WaitFor(t, what, time.Until(deadline), ok)
 	}
 	return reps
 }

@@ -3,6 +3,7 @@ package fleettest
 import (
 	"context"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -210,4 +211,33 @@ func replica(ctx context.Context) int {
 		}
 	}
 	return -1
+}
+
+// MaxConcurrent returns the most of calls that were in flight at the same
+// time; a call without an End is in flight still.
+func MaxConcurrent(calls []Call) int {
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for _, c := range calls {
+		edges = append(edges, edge{c.At, 1})
+		if !c.End.IsZero() {
+			edges = append(edges, edge{c.End, -1})
+		}
+	}
+	// Ends before starts at the same instant: touching calls do not overlap.
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta
+	})
+	n, most := 0, 0
+	for _, e := range edges {
+		n += e.delta
+		most = max(most, n)
+	}
+	return most
 }
