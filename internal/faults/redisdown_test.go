@@ -210,4 +210,3 @@ func TestRedisRestartedEmptyWhileOpen(t *testing.T) {
 		t.Errorf("breaker %v after the fleet tripped it again, want open", s.State)
 	}
 }
-
