@@ -69,9 +69,10 @@ type telemetry struct {
 	errors      metric.Int64Counter
 	feedLosses  metric.Int64Counter
 
-	// plain holds the attribute options of decisions without the scope,
-	// made once: the cached admission path must not allocate per call.
-	plain map[decisionKey]metric.MeasurementOption
+	// plain holds the options of decisions without the scope, made once
+	// (the slice too): the cached admission path must not allocate per
+	// call.
+	plain map[decisionKey][]metric.AddOption
 }
 
 type decisionKey struct {
@@ -117,10 +118,10 @@ func newTelemetry(c *config) (*telemetry, error) {
 		metric.WithUnit("{loss}")); err != nil {
 		return nil, err
 	}
-	t.plain = make(map[decisionKey]metric.MeasurementOption)
+	t.plain = make(map[decisionKey][]metric.AddOption)
 	for _, v := range []coordinator.Verdict{coordinator.Allow, coordinator.Probe, coordinator.Reject} {
 		for _, by := range []string{byCoordinator, byKnownState, byFailurePolicy, byCache} {
-			t.plain[decisionKey{v, by}] = metric.WithAttributes(attrVerdict.String(v.String()), attrSource.String(by))
+			t.plain[decisionKey{v, by}] = []metric.AddOption{metric.WithAttributes(attrVerdict.String(v.String()), attrSource.String(by))}
 		}
 	}
 	return t, nil
@@ -136,7 +137,7 @@ func (t *telemetry) attrs(scope string, kvs ...attribute.KeyValue) metric.Measur
 
 func (t *telemetry) decision(ctx context.Context, scope string, v coordinator.Verdict, by string) {
 	if !t.scopeInMetrics {
-		t.decisions.Add(ctx, 1, t.plain[decisionKey{v, by}])
+		t.decisions.Add(ctx, 1, t.plain[decisionKey{v, by}]...)
 		return
 	}
 	t.decisions.Add(ctx, 1, t.attrs(scope, attrVerdict.String(v.String()), attrSource.String(by)))

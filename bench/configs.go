@@ -5,7 +5,10 @@ package bench
 func Configs(redisAddr string) []Config {
 	return []Config{
 		None(),
-		Failsafe(),
+		CbgrpcMemory(),
+		CbgrpcRedisCached(redisAddr),
+		CbgrpcRedisStrict(redisAddr),
 		Gobreaker(redisAddr),
+		Failsafe(),
 	}
 }

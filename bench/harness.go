@@ -13,25 +13,26 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/interop"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 )
 
-// Server is an in-process gRPC server on loopback that answers the
-// standard health service: the cheapest real unary call grpc-go ships.
+// Server is an in-process gRPC server on loopback that serves grpc-go's
+// interop TestService; EmptyCall is the cheapest real unary call it ships.
+// (Not the health service: the breaker leaves health checks out.)
 type Server struct {
 	Addr string
 	srv  *grpc.Server
 }
 
-// StartServer serves health checks on a free loopback port.
+// StartServer serves the TestService on a free loopback port.
 func StartServer() (*Server, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	srv := grpc.NewServer()
-	healthpb.RegisterHealthServer(srv, health.NewServer())
+	testgrpc.RegisterTestServiceServer(srv, interop.NewTestServer())
 	go srv.Serve(l)
 	return &Server{Addr: l.Addr().String(), srv: srv}, nil
 }
@@ -47,6 +48,9 @@ type Config struct {
 	Dial func() ([]grpc.DialOption, error)
 	// Close releases what Dial made; may be nil.
 	Close func()
+	// Commands counts the Redis commands the configuration's clients
+	// send; nil when it sends none.
+	Commands *commandCounter
 }
 
 // Options says how long each measurement runs.
@@ -65,8 +69,10 @@ type Row struct {
 	RPS1          float64 `json:"rps_1_caller"`
 	RPSConcurrent float64 `json:"rps_concurrent"`
 	Concurrent    int     `json:"concurrent_callers"`
-	RedisPerRPC1  float64 `json:"redis_commands_per_rpc_1_caller"`
-	RedisPerRPC   float64 `json:"redis_commands_per_rpc_concurrent"`
+	RedisPerRPC1  float64 `json:"redis_server_commands_per_rpc_1_caller"`
+	RedisPerRPC   float64 `json:"redis_server_commands_per_rpc_concurrent"`
+	SentPerRPC1   float64 `json:"redis_client_commands_per_rpc_1_caller"`
+	SentPerRPC    float64 `json:"redis_client_commands_per_rpc_concurrent"`
 	AllocsPerCall float64 `json:"allocs_per_call"`
 	AddedAllocs   float64 `json:"allocs_added_per_call"`
 	Errors        int64   `json:"errors"`
@@ -89,11 +95,11 @@ func Measure(ctx context.Context, addr string, c Config, o Options, rdb *goredis
 		return row, fmt.Errorf("%s: %w", c.Name, err)
 	}
 	defer conn.Close()
-	client := healthpb.NewHealthClient(conn)
-	req := &healthpb.HealthCheckRequest{}
+	client := testgrpc.NewTestServiceClient(conn)
+	req := &testgrpc.Empty{}
 	var errs atomic.Int64
 	call := func() {
-		if _, err := client.Check(ctx, req); err != nil {
+		if _, err := client.EmptyCall(ctx, req); err != nil {
 			errs.Add(1)
 		}
 	}
@@ -110,12 +116,18 @@ func Measure(ctx context.Context, addr string, c Config, o Options, rdb *goredis
 		n, _ := Commands(ctx, rdb)
 		return n
 	}
+	sent := func() int64 {
+		if c.Commands == nil {
+			return 0
+		}
+		return c.Commands.n.Load()
+	}
 
 	lat := make([]time.Duration, o.Calls)
 	var ms0, ms1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms0)
-	cmd0 := commands()
+	cmd0, sent0 := commands(), sent()
 	start := time.Now()
 	for i := range lat {
 		t := time.Now()
@@ -124,16 +136,17 @@ func Measure(ctx context.Context, addr string, c Config, o Options, rdb *goredis
 	}
 	elapsed := time.Since(start)
 	runtime.ReadMemStats(&ms1)
-	cmd1 := commands()
+	cmd1, sent1 := commands(), sent()
 	slices.Sort(lat)
 	row.P50Micros = micros(lat[len(lat)/2])
 	row.P99Micros = micros(lat[len(lat)*99/100])
 	row.RPS1 = float64(o.Calls) / elapsed.Seconds()
 	row.AllocsPerCall = float64(ms1.Mallocs-ms0.Mallocs) / float64(o.Calls)
 	row.RedisPerRPC1 = float64(cmd1-cmd0) / float64(o.Calls)
+	row.SentPerRPC1 = float64(sent1-sent0) / float64(o.Calls)
 
 	var calls atomic.Int64
-	cmd0 = commands()
+	cmd0, sent0 = commands(), sent()
 	stop := time.Now().Add(o.Duration)
 	var wg sync.WaitGroup
 	start = time.Now()
@@ -147,9 +160,10 @@ func Measure(ctx context.Context, addr string, c Config, o Options, rdb *goredis
 	}
 	wg.Wait()
 	elapsed = time.Since(start)
-	cmd1 = commands()
+	cmd1, sent1 = commands(), sent()
 	row.RPSConcurrent = float64(calls.Load()) / elapsed.Seconds()
 	row.RedisPerRPC = float64(cmd1-cmd0) / float64(calls.Load())
+	row.SentPerRPC = float64(sent1-sent0) / float64(calls.Load())
 	row.Errors = errs.Load()
 	return row, nil
 }

@@ -52,10 +52,13 @@ func (s gobreakerStore) SetData(name string, data []byte) error {
 // as a unary client interceptor. Each call runs under its fleet-wide lock.
 func Gobreaker(redisAddr string) Config {
 	var rdb *goredis.Client
+	counter := &commandCounter{}
 	return Config{
-		Name: "gobreaker v2 distributed (Redis)",
+		Name:     "gobreaker v2 distributed (Redis)",
+		Commands: counter,
 		Dial: func() ([]grpc.DialOption, error) {
 			rdb = goredis.NewClient(&goredis.Options{Addr: redisAddr})
+			rdb.AddHook(counter)
 			cb, err := gobreaker.NewDistributedCircuitBreaker[any](gobreakerStore{rdb}, gobreaker.Settings{Name: "bench"})
 			if err != nil {
 				return nil, err

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -61,6 +62,27 @@ func (r *Redis) Stop() {
 		r.cmd.Process.Kill()
 		r.cmd.Wait()
 		os.RemoveAll(r.dir)
+	}
+}
+
+// commandCounter is a go-redis hook that counts the commands a client
+// sends: what a breaker costs in round trips, whatever a script does inside
+// Redis.
+type commandCounter struct{ n atomic.Int64 }
+
+func (c *commandCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (c *commandCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *commandCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
 	}
 }
 
