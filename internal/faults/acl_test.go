@@ -1,0 +1,101 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
+	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
+	"github.com/cbgrpc/cbgrpc/internal/redistest"
+)
+
+// aclGrant is the grant docs/redis-acl.md documents, word for word.
+const aclGrant = "resetkeys ~cbgrpc:* resetchannels &cbgrpc:* -@all " +
+	"+evalsha +eval +time +hget +hgetall +hmget +hset +hdel +hvals +del +persist +pexpire +lpos +ltrim +rpush " +
+	"+publish +spublish +subscribe +ssubscribe +unsubscribe +sunsubscribe +ping"
+
+// aclClusterGrant adds what a cluster client reads at start: the slots,
+// and the commands' key positions.
+const aclClusterGrant = aclGrant + " +cluster|slots +command"
+
+// setUser creates the user cbgrpc with exactly grant on s.
+func setUser(t *testing.T, s *redistest.Server, grant string) {
+	t.Helper()
+	args := []any{"ACL", "SETUSER", "cbgrpc", "reset", "on", ">cbgrpc-test"}
+	for _, w := range strings.Fields(grant) {
+		args = append(args, w)
+	}
+	if err := s.Client(t).Do(context.Background(), args...).Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+}
+
+// aclUser creates a user with exactly aclGrant on s and returns a client
+// logged in as that user.
+func aclUser(t *testing.T, s *redistest.Server) *goredis.Client {
+	t.Helper()
+	setUser(t, s, aclGrant)
+	rdb := goredis.NewClient(&goredis.Options{Addr: s.Addr(), Username: "cbgrpc", Password: "cbgrpc-test"})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// factory makes coordinators under the default prefix, as the grant's key
+// pattern expects, each subtest under its own.
+func factory(rdb goredis.UniversalClient) coordinatortest.Factory {
+	var n atomic.Int64
+	return func(t *testing.T, clock func() time.Time) coordinator.Coordinator {
+		return cbredis.New(rdb, cbredis.WithClock(clock), cbredis.WithPrefix(fmt.Sprintf("%st%d:", cbredis.DefaultPrefix, n.Add(1))))
+	}
+}
+
+// TestConformanceWithMinimalACL runs the coordinator conformance suite
+// (every rule, and the differential comparison with the memory
+// coordinator) as a Redis user holding only the documented grant.
+func TestConformanceWithMinimalACL(t *testing.T) {
+	coordinatortest.Run(t, factory(aclUser(t, redistest.Start(t))))
+}
+
+// TestConformanceWithMinimalACLOnCluster: the same on a Redis Cluster, with
+// the one more command a cluster client needs.
+func TestConformanceWithMinimalACLOnCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	for _, n := range cluster.Nodes {
+		setUser(t, n, aclClusterGrant)
+	}
+	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cluster.Addrs(), Username: "cbgrpc", Password: "cbgrpc-test"})
+	t.Cleanup(func() { cc.Close() })
+	coordinatortest.Run(t, factory(cc))
+}
+
+// TestMinimalACLIsMinimal: the grant allows the coordinator's work and
+// nothing else: no other key, no other command.
+func TestMinimalACLIsMinimal(t *testing.T) {
+	rdb := aclUser(t, redistest.Start(t))
+	ctx := context.Background()
+	p := coordinator.DefaultPolicy()
+	// With the server's clock (TIME), as in production.
+	c := cbredis.New(rdb)
+	if _, err := c.Admit(ctx, "s", p, "claim"); err != nil {
+		t.Fatalf("Admit as the ACL user: %v", err)
+	}
+	if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Failure: true}}); err != nil {
+		t.Fatalf("Record as the ACL user: %v", err)
+	}
+	// Outside the key pattern, the same scripts are refused.
+	if _, err := cbredis.New(rdb, cbredis.WithPrefix("other:")).Admit(ctx, "s", p, "claim"); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("Admit under prefix other: = %v, want NOPERM", err)
+	}
+	for _, cmd := range [][]any{{"GET", "cbgrpc:x"}, {"KEYS", "*"}, {"FLUSHALL"}, {"CONFIG", "GET", "maxmemory"}, {"SCRIPT", "FLUSH"}} {
+		if err := rdb.Do(ctx, cmd...).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("%v as the ACL user: %v, want NOPERM", cmd, err)
+		}
+	}
+}
