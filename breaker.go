@@ -260,8 +260,11 @@ func (b *Breaker) learned(epoch uint64, scope string, res coordinator.Result) {
 }
 
 func rejectReason(s coordinator.State) string {
-	if s == coordinator.StateHalfOpen {
+	switch s {
+	case coordinator.StateHalfOpen:
 		return "every probe slot is taken"
+	case coordinator.StateIsolated:
+		return "isolated by an operator"
 	}
 	return "the dependency is failing"
 }
@@ -300,18 +303,25 @@ func (b *Breaker) decideWithout(ctx context.Context, scope string, cause error) 
 
 // remember keeps what the coordinator said about scope.
 func (b *Breaker) remember(scope string, s coordinator.State, retryAfter time.Duration) {
-	if s == coordinator.StateClosed {
+	if admitsAll(s) {
 		b.known.Delete(scope)
 		return
 	}
 	b.known.Store(scope, knownState{state: s, retryAt: time.Now().Add(retryAfter)})
 }
 
+// admitsAll reports whether a state lets every call through: closed, or
+// disabled by an operator. Such scopes are not remembered; isolated ones
+// are, like open ones.
+func admitsAll(s coordinator.State) bool {
+	return s == coordinator.StateClosed || s == coordinator.StateDisabled
+}
+
 // rememberResult keeps what a Record or Settle said about scope. Their
 // results carry no RetryAfter: a fresh trip is open for about OpenFor, and
 // otherwise the estimate from the last admission stands.
 func (b *Breaker) rememberResult(scope string, res coordinator.Result) {
-	if res.State == coordinator.StateClosed {
+	if admitsAll(res.State) {
 		b.known.Delete(scope)
 		return
 	}

@@ -16,11 +16,14 @@ import (
 // published to [Watcher] subscriptions. Its Reason carries the operator's
 // note ("isolated by alice for 10m0s: payments outage").
 //
-// Generations: Isolate and Release start a new generation, as a trip and a
-// recovery do, so that nothing admitted before them counts after them.
-// Disable and Enable keep the generation and the window: they only switch
-// the rules off and on, so the outcomes counted while disabled stay in the
-// window after Enable and are judged by the rules from the next Record on.
+// Generations: Isolate, Release and Disable start a new generation with an
+// empty window, as a trip and a recovery do, so that nothing admitted
+// before them counts after them, and so that a replica can order what it
+// hears by generation alone (an answer "open" given just before Disable
+// cannot be mistaken for news). Enable keeps the generation and the
+// window: it only switches the rules back on, so the outcomes counted
+// while disabled, and those of calls still in flight, stay in the window
+// and are judged by the rules from the next Record on.
 //
 // Manual states never expire; an isolation for a set time ends lazily,
 // like an open period: the state reads closed (in a new generation) from
@@ -42,8 +45,9 @@ type Controller interface {
 	Release(ctx context.Context, scope string, p Policy, n Note) (Result, error)
 
 	// Disable forces the breaker closed: every Admit allows and Record
-	// still counts outcomes, but nothing trips it until Enable. It keeps
-	// the generation; probe leases are dropped. n.Reason is required.
+	// still counts outcomes, but nothing trips it until Enable. It starts
+	// a new generation and drops the window and probe leases. n.Reason is
+	// required.
 	Disable(ctx context.Context, scope string, p Policy, n Note) (Result, error)
 
 	// Enable puts a disabled breaker back under its rules, closed, in the

@@ -149,8 +149,8 @@ func testIsolateForExpiresByItself(t *testing.T, f Factory) {
 	o.control("isolate", n)
 	h.advance(time.Second)
 	res = o.control("disable", outage)
-	o.wantResult("disabling after the isolation ended", res, disabled, 2, 0)
-	o.wantTransition("disabling after the isolation ended", res.Transition, closed, disabled, 2, "disabled by alice: payments outage")
+	o.wantResult("disabling after the isolation ended", res, disabled, 3, 0)
+	o.wantTransition("disabling after the isolation ended", res.Transition, closed, disabled, 3, "disabled by alice: payments outage")
 	res = o.on(o.scope+"/released").control("isolate", n)
 	h.advance(time.Second)
 	res = o.on(o.scope+"/released").control("release", fixed)
@@ -193,10 +193,10 @@ func testReleaseClosesWithNewGeneration(t *testing.T, f Factory) {
 	// A disabled breaker is released into a new generation too.
 	d := h.on(h.scope + "/disabled")
 	d.control("disable", outage)
-	d.record(fail(0), fail(0))
+	d.record(fail(1), fail(1))
 	res = d.control("release", fixed)
-	d.wantResult("releasing a disabled breaker", res, closed, 1, 0)
-	d.wantTransition("releasing a disabled breaker", res.Transition, disabled, closed, 1, "released by bob: fixed in v1.2.3")
+	d.wantResult("releasing a disabled breaker", res, closed, 2, 0)
+	d.wantTransition("releasing a disabled breaker", res.Transition, disabled, closed, 2, "released by bob: fixed in v1.2.3")
 	if s := d.snapshot(); s.Calls != 0 {
 		t.Errorf("snapshot %+v; want the window emptied", s)
 	}
@@ -207,45 +207,50 @@ func testDisableAllowsAndNeverTrips(t *testing.T, f Factory) {
 	h.controller()
 	h.record(fail(0), fail(0), fail(0))
 	res := h.control("disable", outage)
-	h.wantResult("disabling a closed breaker", res, disabled, 0, 0)
-	h.wantTransition("disabling a closed breaker", res.Transition, closed, disabled, 0, "disabled by alice: payments outage")
+	h.wantResult("disabling a closed breaker", res, disabled, 1, 0)
+	h.wantTransition("disabling a closed breaker", res.Transition, closed, disabled, 1, "disabled by alice: payments outage")
+	if s := h.snapshot(); s.Calls != 0 || s.ConsecutiveFailures != 0 {
+		t.Errorf("snapshot %+v; want a new generation with an empty window", s)
+	}
+	h.wantResult("an outcome of before disabling", h.record(fail(0)), disabled, 1, 1)
 	d := h.admit("a")
-	h.wantDecision("Admit while disabled", d, allow, disabled, 0)
+	h.wantDecision("Admit while disabled", d, allow, disabled, 1)
 	h.wantNoTransition("Admit while disabled", d.Transition)
 	for range 5 {
-		res = h.record(fail(0), fail(0), took(0, time.Hour))
-		h.wantResult("failures while disabled", res, disabled, 0, 0)
+		res = h.record(fail(1), fail(1), took(1, time.Hour))
+		h.wantResult("failures while disabled", res, disabled, 1, 0)
 		h.wantNoTransition("failures while disabled", res.Transition)
 	}
-	s := h.wantState("disabled", disabled, 0)
-	if s.Calls != 18 || s.Failures != 13 || s.ConsecutiveFailures != 0 || s.Operator != outage || !s.ForcedAt.Equal(h.now()) {
-		t.Errorf("snapshot %+v; want 18 calls, 13 failures counted, the note, forced now", s)
+	s := h.wantState("disabled", disabled, 1)
+	if s.Calls != 15 || s.Failures != 10 || s.ConsecutiveFailures != 0 || s.Operator != outage || !s.ForcedAt.Equal(h.now()) {
+		t.Errorf("snapshot %+v; want 15 calls, 10 failures counted, the note, forced now", s)
 	}
-	h.wantResult("outcomes of another generation", h.record(fail(1)), disabled, 0, 1)
+	h.wantResult("outcomes of another generation", h.record(fail(2)), disabled, 1, 1)
 	h.advance(1000 * time.Hour)
-	h.wantState("a long time after disabling", disabled, 0)
-	h.wantDecision("a long time after disabling", h.admit("b"), allow, disabled, 0)
-	h.wantResult("Settle while disabled", h.settle("a", ok(0)), disabled, 0, 1)
+	h.wantState("a long time after disabling", disabled, 1)
+	h.wantDecision("a long time after disabling", h.admit("b"), allow, disabled, 1)
+	h.wantResult("Settle while disabled", h.settle("a", ok(1)), disabled, 1, 1)
 
 	res = h.control("disable", fixed)
+	h.wantResult("disabling again", res, disabled, 1, 0)
 	h.wantNoTransition("disabling again", res.Transition)
 	if s := h.snapshot(); s.Operator != fixed {
 		t.Errorf("snapshot %+v; want the new note", s)
 	}
 
-	// An open breaker lets calls through at once, in its generation.
+	// An open breaker lets calls through at once.
 	o := h.on(h.scope + "/open")
 	gen := o.trip()
 	res = o.control("disable", outage)
-	o.wantTransition("disabling an open breaker", res.Transition, open, disabled, gen, "disabled by alice: payments outage")
-	o.wantDecision("Admit after disabling an open breaker", o.admit("a"), allow, disabled, gen)
+	o.wantTransition("disabling an open breaker", res.Transition, open, disabled, gen+1, "disabled by alice: payments outage")
+	o.wantDecision("Admit after disabling an open breaker", o.admit("a"), allow, disabled, gen+1)
 	if s := o.snapshot(); !s.OpenUntil.IsZero() {
 		t.Errorf("snapshot %+v; want no OpenUntil", s)
 	}
 	hs := h.on(h.scope + "/half-open")
 	gen = hs.halfOpen("p")
 	hs.control("disable", outage)
-	hs.wantResult("settling a probe of before disabling", hs.settle("p", ok(gen)), disabled, gen, 1)
+	hs.wantResult("settling a probe of before disabling", hs.settle("p", ok(gen)), disabled, gen+1, 1)
 	if s := hs.snapshot(); s.ProbesInFlight != 0 {
 		t.Errorf("snapshot %+v; want the probe leases dropped", s)
 	}
@@ -255,20 +260,21 @@ func testEnableRestoresNormalRules(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	h.controller()
 	h.control("disable", outage)
-	h.record(fail(0), fail(0), fail(0))
+	h.record(fail(1), fail(1), fail(1))
+	h.wantDecision("a call in flight when enabling", h.admit("a"), allow, disabled, 1)
 	res := h.control("enable", fixed)
-	h.wantResult("enabling", res, closed, 0, 0)
-	h.wantTransition("enabling", res.Transition, disabled, closed, 0, "enabled by bob: fixed in v1.2.3")
-	s := h.wantState("enabled", closed, 0)
+	h.wantResult("enabling", res, closed, 1, 0)
+	h.wantTransition("enabling", res.Transition, disabled, closed, 1, "enabled by bob: fixed in v1.2.3")
+	s := h.wantState("enabled", closed, 1)
 	if s.Calls != 3 || s.Operator != (coordinator.Note{}) || !s.ForcedAt.IsZero() {
 		t.Errorf("snapshot %+v; want the 3 calls counted while disabled kept, and no note", s)
 	}
-	h.wantDecision("Admit after enabling", h.admit("a"), allow, closed, 0)
-	res = h.record(fail(0))
-	h.wantTransition("the next failure", res.Transition, closed, open, 1, "failures 4/4 >= 50%")
+	h.wantDecision("Admit after enabling", h.admit("b"), allow, closed, 1)
+	res = h.record(fail(1))
+	h.wantTransition("the next failure, of a call admitted while disabled", res.Transition, closed, open, 2, "failures 4/4 >= 50%")
 
 	res = h.control("enable", fixed)
-	h.wantResult("enabling an open breaker", res, open, 1, 0)
+	h.wantResult("enabling an open breaker", res, open, 2, 0)
 	h.wantNoTransition("enabling an open breaker", res.Transition)
 	i := h.on(h.scope + "/isolated")
 	i.control("isolate", outage)
@@ -284,7 +290,7 @@ func testEnableRestoresNormalRules(t *testing.T, f Factory) {
 	e.control("enable", coordinator.Note{})
 	forget := e.now().Truncate(e.p.BucketWidth()).Add(e.p.Window)
 	e.clock.Set(forget.Add(-time.Millisecond))
-	e.wantState("1ms before a window after enabling", closed, 0)
+	e.wantState("1ms before a window after enabling", closed, 1)
 	e.clock.Set(forget)
 	if s := e.snapshot(); s != (coordinator.Snapshot{Scope: e.scope}) {
 		t.Errorf("snapshot a window after enabling: %+v; want a forgotten scope", s)
@@ -301,7 +307,7 @@ func testManualStatesNeverExpire(t *testing.T, f Factory) {
 	if s := h.wantState("a long time after isolating", isolated, 1); s.Operator != outage {
 		t.Errorf("snapshot %+v; want the note kept", s)
 	}
-	if s := d.wantState("a long time after disabling", disabled, 0); s.Operator != outage {
+	if s := d.wantState("a long time after disabling", disabled, 1); s.Operator != outage {
 		t.Errorf("snapshot %+v; want the note kept", s)
 	}
 	h.wantDecision("a long time after isolating", h.admit("a"), reject, isolated, 1)

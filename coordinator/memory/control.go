@@ -80,9 +80,12 @@ func (b *breaker) control(r *rules, now int64, op string, n coordinator.Note) *c
 	case "disable":
 		if from != coordinator.StateDisabled {
 			b.state = coordinator.StateDisabled
+			b.gen++
 			b.openFor = 0
 			b.openUntil = 0
+			b.consec = 0
 			b.successes = 0
+			b.window = nil
 			b.leases = nil
 		}
 		b.note, b.forcedAt = n, now

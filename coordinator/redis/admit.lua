@@ -13,6 +13,22 @@ if s.st == CLOSED then
   -- The hot path: no writes.
   return {ALLOW, CLOSED, s.g, 0, NOW, -1, -1, 0, ''}
 end
+if s.st == DISABLED then
+  return {ALLOW, DISABLED, s.g, 0, NOW, -1, -1, 0, ''}
+end
+if s.st == ISOLATED then
+  if not isolation_over(s) then
+    local retry = 0
+    if s.ou ~= 0 then
+      retry = s.ou - NOW
+    end
+    return {REJECT, ISOLATED, s.g, retry, NOW, -1, -1, 0, ''}
+  end
+  -- Like an open period, an isolation for a set time ends lazily.
+  close(s)
+  publish({ISOLATED, CLOSED, s.g, ENDED})
+  return {ALLOW, CLOSED, s.g, 0, NOW, ISOLATED, CLOSED, s.g, ENDED}
+end
 
 local tr = false
 if s.st == OPEN then

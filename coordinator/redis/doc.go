@@ -32,6 +32,12 @@
 // [Coordinator.Snapshot] taken before that write reports the scope as
 // generation 0 with no counts.
 //
+// An operator's commands ([Coordinator.Isolate], Release, Disable and
+// Enable, of [coordinator.Controller]) run one script, control.lua, and
+// keep the operator's note in the state hash; isolated and disabled state
+// never expires. [Coordinator.List] finds every scope with SCAN (see its
+// cost there).
+//
 // A retried Record cannot count twice when the caller marks it with
 // [coordinator.WithBatchID]: the last [coordinator.RecentBatches] batch IDs
 // of a scope are kept beside its state.

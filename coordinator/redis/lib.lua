@@ -10,10 +10,13 @@
 --   in ms, 3 buckets. Writing scripts add: 4 a fresh random generation
 --   (1..2^44) for lost state, 5 the readable scope, 6 the GC margin in ms.
 --
--- State hash fields: st (0 closed, 1 open, 2 half-open), g generation,
--- oa opened at, of current open period, ou open until, cf consecutive
--- failures, ps probe successes, exp (closed only) when every bucket the
--- generation wrote has left the window, scope (for operators).
+-- State hash fields: st (0 closed, 1 open, 2 half-open, 3 isolated,
+-- 4 disabled), g generation, oa opened (or isolated) at, of current open
+-- period, ou open until (isolated: its end, 0 = until released), cf
+-- consecutive failures, ps probe successes, exp (closed only) when every
+-- bucket the generation wrote has left the window, scope (for operators);
+-- while isolated or disabled the operator's note: nb by, nr reason, nf for
+-- (ms), na when.
 -- Window hash: g = the generation its buckets belong to, x = exp of the
 -- state (0 while open or half-open), and one field per
 -- bucket index holding "calls failures slow". It lives exactly as long as
@@ -21,7 +24,9 @@
 -- Leases hash: claim -> deadline in ms; a deadline, never a key TTL.
 
 local KS, KW, KP, KB, KT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local CLOSED, OPEN, HALF = 0, 1, 2
+local CLOSED, OPEN, HALF, ISOLATED, DISABLED = 0, 1, 2, 3, 4
+-- coordinator.IsolationEnded
+local ENDED = 'isolation ended'
 
 -- Lua numbers are doubles; %d keeps integers below 2^53 exact and never
 -- writes them in scientific notation (tostring would past 14 digits).
@@ -158,13 +163,32 @@ local function load(write)
   return s
 end
 
+-- isolation_over: isolated for a set time that has passed; the next Admit
+-- or operator's command releases it.
+local function isolation_over(s)
+  return s.st == ISOLATED and s.ou ~= 0 and NOW >= s.ou
+end
+
 -- state_now is the state as of NOW: an open breaker whose period ended
--- reads half-open without changing anything.
+-- reads half-open, an isolation that ended closed, without changing
+-- anything.
 local function state_now(s)
   if s.st == OPEN and NOW >= s.ou then
     return HALF
   end
+  if isolation_over(s) then
+    return CLOSED
+  end
   return s.st
+end
+
+-- gen_now is the generation as of NOW: an isolation that ended reads as
+-- the generation its release starts.
+local function gen_now(s)
+  if isolation_over(s) then
+    return s.g + 1
+  end
+  return s.g
 end
 
 -- open starts an open period in a new generation; the old window and every
@@ -181,6 +205,23 @@ local function open(s, period)
   redis.call('DEL', KP)
 end
 
+-- close starts a closed generation with an empty window: after enough
+-- probe successes, or when an operator's isolation or disabling ends.
+local function close(s)
+  s.st = CLOSED
+  s.g = s.g + 1
+  s.of = 0
+  s.ou = 0
+  s.cf = 0
+  s.ps = 0
+  -- Keep the new generation for a window, so that calls admitted under it
+  -- can still be recorded.
+  s.exp = (IDX + NB) * WIDTH
+  save(s, true)
+  redis.call('DEL', KP)
+  redis.call('HDEL', KS, 'nb', 'nr', 'nf', 'na')
+end
+
 -- publish announces a transition {from, to, generation, reason} on the
 -- scope's channel, so that every replica learns of it without asking:
 -- "from to generation at reason".
@@ -195,7 +236,7 @@ end
 local function result(s, stale, tr)
   if tr then
     publish(tr)
-    return {state_now(s), s.g, stale, NOW, tr[1], tr[2], tr[3], tr[4]}
+    return {state_now(s), gen_now(s), stale, NOW, tr[1], tr[2], tr[3], tr[4]}
   end
-  return {state_now(s), s.g, stale, NOW, -1, -1, 0, ''}
+  return {state_now(s), gen_now(s), stale, NOW, -1, -1, 0, ''}
 end

@@ -13,7 +13,8 @@ local n = (#ARGV - FIRST + 1) / 2
 
 local s = load(true)
 local batch = ARGV[12]
-if s.st ~= CLOSED then
+-- Disabled counts outcomes, for people to see, and never trips.
+if s.st ~= CLOSED and s.st ~= DISABLED then
   return result(s, n, false)
 end
 -- A fresh scope remembers no batch.
@@ -59,6 +60,9 @@ if not s.fresh then
 end
 
 local function trip_reason()
+  if s.st == DISABLED then
+    return false
+  end
   if consecutive > 0 and s.cf >= consecutive then
     return string.format('consecutive failures %d >= %d', s.cf, consecutive)
   end
@@ -115,7 +119,7 @@ end
 if batch ~= '' then
   redis.call('RPUSH', KB, batch)
   redis.call('LTRIM', KB, -tonumber(ARGV[13]), -1)
-  if tr then
+  if tr or s.st ~= CLOSED then
     redis.call('PERSIST', KB)
   else
     redis.call('PEXPIRE', KB, ttl(s))

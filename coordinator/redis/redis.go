@@ -228,8 +228,12 @@ func (c *Coordinator) Snapshot(ctx context.Context, scope string, p coordinator.
 	if at := r.int(reply, 7); at != 0 {
 		s.OpenedAt = time.UnixMilli(at)
 	}
-	if coordinator.State(r.int(reply, 1)) != coordinator.StateClosed {
-		s.OpenUntil = time.UnixMilli(r.int(reply, 8))
+	if until := r.int(reply, 8); until != 0 {
+		s.OpenUntil = time.UnixMilli(until)
+	}
+	if at := r.int(reply, 14); at != 0 {
+		s.Operator = coordinator.Note{By: r.str(reply, 11), Reason: r.str(reply, 12), For: time.Duration(r.int(reply, 13)) * time.Millisecond}
+		s.ForcedAt = time.UnixMilli(at)
 	}
 	if r.err != nil {
 		return coordinator.Snapshot{}, opError("snapshot", scope, r.err)
@@ -256,6 +260,21 @@ func (r *replyReader) int(reply []any, i int) int64 {
 		r.err = fmt.Errorf("%w: value %d is %T, want an integer", errReply, i, reply[i])
 	}
 	return n
+}
+
+func (r *replyReader) str(reply []any, i int) string {
+	if r.err != nil {
+		return ""
+	}
+	if i >= len(reply) {
+		r.err = fmt.Errorf("%w: %d values, want more than %d", errReply, len(reply), i)
+		return ""
+	}
+	s, ok := reply[i].(string)
+	if !ok {
+		r.err = fmt.Errorf("%w: value %d is %T, want a string", errReply, i, reply[i])
+	}
+	return s
 }
 
 func (r *replyReader) uint(reply []any, i int) uint64 {

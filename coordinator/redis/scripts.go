@@ -19,6 +19,8 @@ var (
 	settleLua string
 	//go:embed snapshot.lua
 	snapshotLua string
+	//go:embed control.lua
+	controlLua string
 
 	// A Redis Cluster gets sharded pub/sub, which stays on the shard that
 	// owns the scope's slot instead of flooding every node; a single
@@ -28,7 +30,7 @@ var (
 )
 
 type scripts struct {
-	admit, record, settle, snapshot *goredis.Script
+	admit, record, settle, snapshot, control *goredis.Script
 }
 
 func newScripts(publish string) *scripts {
@@ -38,5 +40,6 @@ func newScripts(publish string) *scripts {
 		record:   goredis.NewScript(lib + recordLua),
 		settle:   goredis.NewScript(lib + settleLua),
 		snapshot: goredis.NewScript(lib + snapshotLua),
+		control:  goredis.NewScript(lib + controlLua),
 	}
 }

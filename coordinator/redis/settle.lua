@@ -37,15 +37,5 @@ if s.ps < need then
   return result(s, 0, false)
 end
 local n = s.ps
-s.st = CLOSED
-s.g = s.g + 1
-s.of = 0
-s.ou = 0
-s.cf = 0
-s.ps = 0
--- Keep the new generation for a window, so that calls admitted under it
--- can still be recorded.
-s.exp = (IDX + NB) * WIDTH
-save(s, true)
-redis.call('DEL', KP)
+close(s)
 return result(s, 0, {HALF, CLOSED, s.g, string.format('probes succeeded %d/%d', n, need)})

@@ -4,12 +4,17 @@
 -- KEYS: 1 state, 2 window, 3 leases, 4 batches, 5 channel (see lib.lua)
 -- ARGV: 1 now ms or '', 2 bucket width ms, 3 buckets
 -- Reply: {state as of now, stored state, generation, calls, failures, slow,
---   consecutive failures, opened at, open until, probes in flight,
---   probe successes}
+--   consecutive failures, opened at, open until (0 = none), probes in
+--   flight, probe successes, note by, note reason, note for ms, noted at
+--   (0 = no note)}
 
 local s = load(false)
 if s.fresh then
-  return {CLOSED, CLOSED, s.g, 0, 0, 0, 0, 0, 0, 0, 0}
+  return {CLOSED, CLOSED, s.g, 0, 0, 0, 0, 0, 0, 0, 0, '', '', 0, 0}
+end
+if isolation_over(s) then
+  -- As the release will leave it.
+  return {CLOSED, CLOSED, gen_now(s), 0, 0, 0, 0, s.oa, 0, 0, 0, '', '', 0, 0}
 end
 local calls, failures, slow = 0, 0, 0
 local label, fields = window()
@@ -27,4 +32,6 @@ for _, d in ipairs(redis.call('HVALS', KP)) do
     inflight = inflight + 1
   end
 end
-return {state_now(s), s.st, s.g, calls, failures, slow, s.cf, s.oa, s.ou, inflight, s.ps}
+local note = redis.call('HMGET', KS, 'nb', 'nr', 'nf', 'na')
+return {state_now(s), s.st, s.g, calls, failures, slow, s.cf, s.oa, s.ou, inflight, s.ps,
+  note[1] or '', note[2] or '', tonumber(note[3] or 0), tonumber(note[4] or 0)}
