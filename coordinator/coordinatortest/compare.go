@@ -24,7 +24,9 @@ type CompareOptions struct {
 	// reference runs that scope afresh under another name, generations are
 	// compared through a one-to-one mapping that restarts at each loss,
 	// and every outcome or probe settlement of a call admitted before the
-	// loss goes to the coordinator under test only and must be stale.
+	// loss goes to the coordinator under test only and must be stale
+	// (rule 5). A loss of a scope that held nothing is the exception: see
+	// [Compare].
 	LoseState func(t *testing.T, sut coordinator.Coordinator, scope string)
 }
 
@@ -35,11 +37,30 @@ type CompareOptions struct {
 // decisions. Compare counts the paths of the contract the sequences
 // reached, logs the counts, and fails if any path was never reached.
 //
-// Generations are compared exactly, unless opts.LoseState is set. One
-// leeway then: while the reference's scope holds nothing (closed,
-// generation 0, empty window), its generation 0 may map to a new
-// generation of the coordinator under test, and calls admitted under the
-// old mapping are dropped unrecorded.
+// Generations are compared exactly, unless opts.LoseState is set. They are
+// then compared through a one-to-one mapping, with three leeways where the
+// contract pins nothing; each drops (sends to neither coordinator) the
+// calls whose outcome it leaves open, and none lets an outcome admitted
+// before a loss count while its generation could still be fenced:
+//
+//   - A generation the coordinator under test restarts a lost scope in
+//     (any but 0, where a scope with nothing in it is) is kept for a window
+//     after an operation other than Snapshot first showed it: the
+//     reference's own expiry rule for a generation nothing was recorded
+//     in. Once that has passed and the reference's scope holds nothing
+//     (closed, generation 0, no counts), the coordinator may have forgotten
+//     it (rule 6). The mapping then starts anew, and every call in flight
+//     is dropped, those admitted before the loss too: generations counted
+//     up again from a forgotten scope may come round to theirs, as the
+//     reference's own do.
+//   - A loss fences (rule 5) only what the coordinator can still find when
+//     it notices the loss, which it may do lazily, at its first operation
+//     other than Snapshot after it. If what the loss took had run out by
+//     then (the reference's scope read nothing and a restarted generation
+//     was past keeping), nothing survived to fence with: the calls in
+//     flight are dropped, not required stale.
+//   - Until the coordinator notices a loss, Snapshot binds no generation:
+//     it may read the lost scope fresh, and restart it at its first write.
 func Compare(t *testing.T, newCoordinator Factory, opts CompareOptions) {
 	seeds, steps := opts.Seeds, opts.Steps
 	if seeds <= 0 {
@@ -56,7 +77,7 @@ func Compare(t *testing.T, newCoordinator Factory, opts CompareOptions) {
 	}
 	var counts, missing []string
 	for i, n := range reached {
-		if i == pathLostState && opts.LoseState == nil {
+		if (i == pathLostState || i == pathFenced) && opts.LoseState == nil {
 			continue
 		}
 		counts = append(counts, fmt.Sprintf("%s %d", pathNames[i], n))
@@ -82,12 +103,14 @@ const (
 	pathStaleOutcome
 	pathStaleSettle
 	pathLostState
+	pathFenced
 	numPaths
 )
 
 var pathNames = [numPaths]string{
 	"opened", "admitted", "rejected while open", "rejected at the probe limit", "lease expired",
-	"settled success", "settled failure", "closed again", "stale outcome", "stale settle", "lost state",
+	"settled success", "settled failure", "closed again", "stale outcome", "stale settle",
+	"lost state that held something", "fenced after a loss",
 }
 
 // comparePolicy is a small policy, so that short sequences trip, probe,
@@ -149,8 +172,18 @@ type cmpScope struct {
 	alias   string // the scope on the reference: a new one after each loss
 	p       coordinator.Policy
 	failing bool    // the dependency is failing: outcomes fail more often
-	losses  int     //
+	losses  int     // for naming the reference's next scope
 	gens    *genMap // nil: generations compare exactly
+	// unnoticed is what the last loss took, until the coordinator under
+	// test has run an operation other than Snapshot since.
+	unnoticed *lostState
+}
+
+// lostState is what a loss took from the coordinator under test, as the
+// reference sees it.
+type lostState struct {
+	alias     string // the reference's scope as of the loss, frozen there
+	keepUntil int64  // until when a generation restarted in was kept, Unix ms
 }
 
 // call is one admitted call, on both coordinators.
@@ -159,7 +192,6 @@ type call struct {
 	claim          string
 	probe          bool
 	refGen, sutGen uint64
-	bind           int       // s.gens.version when admitted
 	lost           bool      // admitted before the coordinator under test lost the scope's state
 	leaseEnd       time.Time // for probes
 }
@@ -200,7 +232,8 @@ func (d *driver) run(steps int) {
 			s.failing = !s.failing
 		}
 		if s.gens != nil {
-			d.checkPristine(s)
+			d.checkUnnoticed(s)
+			d.checkForgotten(s)
 		}
 		switch n := d.rng.IntN(100); {
 		case n < 27:
@@ -240,8 +273,13 @@ func (d *driver) note(format string, args ...any) {
 
 func (d *driver) fail(format string, args ...any) {
 	d.t.Helper()
-	d.t.Fatalf("%s\npolicies: %+v\nlast operations:\n  %s", fmt.Sprintf(format, args...),
-		[]coordinator.Policy{d.scopes[0].p, d.scopes[1].p}, strings.Join(d.trail, "\n  "))
+	var gens string
+	if d.lose != nil {
+		gens = fmt.Sprintf("\ngenerations since the last loss, reference: under test: %v %v",
+			d.scopes[0].gens.refToSut, d.scopes[1].gens.refToSut)
+	}
+	d.t.Fatalf("%s\npolicies: %+v%s\nlast operations:\n  %s", fmt.Sprintf(format, args...),
+		[]coordinator.Policy{d.scopes[0].p, d.scopes[1].p}, gens, strings.Join(d.trail, "\n  "))
 }
 
 func (d *driver) noErr(op string, refErr, sutErr error) {
@@ -300,13 +338,6 @@ func remove(list []*call, c *call) []*call {
 	return list
 }
 
-// retired reports whether c was admitted under generation 0 of the
-// reference while that generation mapped to another generation of the
-// coordinator under test: the two would disagree about it for no fault.
-func retired(c *call) bool {
-	return c.s.gens != nil && !c.lost && c.refGen == 0 && c.bind != c.s.gens.version
-}
-
 func (d *driver) admit(s *cmpScope) {
 	d.next++
 	d.admitClaim(s, fmt.Sprintf("claim-%d", d.next), nil)
@@ -356,9 +387,6 @@ func (d *driver) admitClaim(s *cmpScope, claim string, again *call) {
 	}
 	c.probe = rd.Verdict == coordinator.Probe
 	c.refGen, c.sutGen = rd.Generation, sd.Generation
-	if s.gens != nil {
-		c.bind = s.gens.version
-	}
 }
 
 func (d *driver) record(s *cmpScope) {
@@ -376,9 +404,6 @@ func (d *driver) record(s *cmpScope) {
 	b := &batch{s: s}
 	for _, c := range cands[:1+d.rng.IntN(min(4, len(cands)))] {
 		d.calls = remove(d.calls, c)
-		if retired(c) {
-			continue
-		}
 		b.calls = append(b.calls, c)
 		b.outs = append(b.outs, d.outcome(s))
 	}
@@ -412,9 +437,6 @@ func (d *driver) send(b *batch) {
 	var refOuts, sutOuts []coordinator.Outcome
 	lost := 0
 	for i, c := range b.calls {
-		if retired(c) {
-			continue
-		}
 		o := b.outs[i]
 		o.Generation = c.sutGen
 		sutOuts = append(sutOuts, o)
@@ -440,6 +462,9 @@ func (d *driver) send(b *batch) {
 	d.sameTransition(s, "Record", rr.Transition, sr.Transition)
 	if rr.Stale > 0 {
 		d.hit(pathStaleOutcome)
+	}
+	if lost > 0 {
+		d.hit(pathFenced)
 	}
 }
 
@@ -486,6 +511,7 @@ func (d *driver) settleCall(c *call) {
 				s.index, c.claim, showResult(sr), showSnapshot(rs))
 		}
 		d.hit(pathStaleSettle)
+		d.hit(pathFenced)
 		return
 	}
 	ro, so := o, o
@@ -520,7 +546,11 @@ func (d *driver) snapshot(s *cmpScope) {
 	if ss.Scope != s.name {
 		d.fail("Snapshot(s%d): scope %q; want %q", s.index, ss.Scope, s.name)
 	}
-	if rs.State != ss.State || !d.sameGen(s, rs.Generation, ss.Generation) ||
+	sameGen := rs.Generation == ss.Generation
+	if s.gens != nil {
+		sameGen = s.gens.same(rs.Generation, ss.Generation, true, d.keepUntil(s))
+	}
+	if rs.State != ss.State || !sameGen ||
 		rs.Calls != ss.Calls || rs.Failures != ss.Failures || rs.Slow != ss.Slow ||
 		rs.ConsecutiveFailures != ss.ConsecutiveFailures ||
 		!rs.OpenedAt.Equal(ss.OpenedAt) || !rs.OpenUntil.Equal(ss.OpenUntil) ||
@@ -537,47 +567,146 @@ func (d *driver) abandon(s *cmpScope) {
 }
 
 func (d *driver) loseState(s *cmpScope) {
+	took := &lostState{alias: s.alias, keepUntil: s.gens.keepUntil}
+	held := !d.ranOut(s, took)
 	d.lose(d.t, d.sut, s.name)
 	s.losses++
-	s.alias = fmt.Sprintf("%s#lost-%d", s.name, s.losses)
-	for _, c := range d.calls {
-		if c.s == s {
-			c.lost = true
-		}
+	if held {
+		d.eachCall(s, func(c *call) { c.lost = true })
+		s.unnoticed = took
+		d.hit(pathLostState)
+	} else {
+		// Nothing survives to fence these with: a coordinator may count
+		// them in the generation it carries on in, or not. An earlier loss
+		// still unnoticed stays so: this one took nothing.
+		d.dropCalls(s, func(c *call) bool { return !c.lost })
 	}
-	for _, c := range d.settled {
-		if c.s == s {
-			c.lost = true
+	s.alias = fmt.Sprintf("%s#lost-%d", s.name, s.losses)
+	s.gens = newGenMap()
+	s.gens.fromLoss = true
+	d.note("lose state of s%d (held something: %v)", s.index, held)
+}
+
+// ranOut reports whether what a loss took no longer matters: the reference
+// would have forgotten it by now.
+func (d *driver) ranOut(s *cmpScope, l *lostState) bool {
+	return d.now().UnixMilli() >= l.keepUntil && d.pristine(s, l.alias)
+}
+
+// pristine reports whether the reference's scope alias of s holds nothing:
+// closed, generation 0, no counts, which is how a scope never used or
+// forgotten after its window ran out reads.
+func (d *driver) pristine(s *cmpScope, alias string) bool {
+	rs, err := d.ref.Snapshot(context.Background(), alias, s.p)
+	if err != nil {
+		d.fail("Snapshot: reference: %v", err)
+	}
+	return rs.State == coordinator.StateClosed && rs.Generation == 0 && rs.Calls == 0 && rs.ConsecutiveFailures == 0
+}
+
+// checkUnnoticed drops the calls fenced by a loss that the coordinator
+// under test has not noticed yet, once what the loss took has run out: when
+// the coordinator notices, it finds nothing that still matters, and may
+// restart the scope where a scope that ran out restarts, generation 0 and
+// counting up. The operations that the last loss interrupted the fencing of
+// are then as good as forgotten, so calls lost earlier go too.
+func (d *driver) checkUnnoticed(s *cmpScope) {
+	if s.unnoticed == nil {
+		return
+	}
+	if _, bound := s.gens.refToSut[0]; bound && !s.gens.tentative {
+		s.unnoticed = nil
+		return
+	}
+	if d.ranOut(s, s.unnoticed) {
+		d.note("s%d: the lost state ran out unnoticed", s.index)
+		d.dropCalls(s, func(c *call) bool { return c.lost })
+		s.unnoticed = nil
+	}
+}
+
+// checkForgotten notices, before it can change an operation's result, that
+// the coordinator under test forgot the generation it restarted a lost
+// scope in, and starts the mapping anew (not as one restarted: the
+// coordinator is where an unused scope is, and forgets nothing more). It
+// allows that only where the reference would forget a generation with
+// nothing recorded in it: once the reference's scope holds nothing and the
+// generation is past keeping. Anywhere else, a difference is the
+// operation's to report.
+func (d *driver) checkForgotten(s *cmpScope) {
+	m := s.gens
+	bound := m.refToSut[0]
+	if m.keepUntil == 0 || d.now().UnixMilli() < m.keepUntil || !d.pristine(s, s.alias) {
+		return
+	}
+	ss, err := d.sut.Snapshot(context.Background(), s.name, s.p)
+	if err != nil {
+		d.fail("Snapshot: coordinator under test: %v", err)
+	}
+	if ss.Generation == bound {
+		return
+	}
+	d.note("s%d forgotten: generation %d, was %d", s.index, ss.Generation, bound)
+	d.dropCalls(s, func(*call) bool { return true })
+	s.gens = newGenMap()
+	s.gens.same(0, ss.Generation, false, d.keepUntil(s))
+}
+
+// keepUntil is when the reference would forget a closed generation of s
+// first seen now with nothing recorded in it: a window on, counted in
+// whole buckets.
+func (d *driver) keepUntil(s *cmpScope) int64 {
+	width := s.p.BucketWidth().Milliseconds()
+	return (d.now().UnixMilli()/width + int64(s.p.Buckets)) * width
+}
+
+// eachCall calls f on every call of s the driver still holds.
+func (d *driver) eachCall(s *cmpScope, f func(*call)) {
+	for _, list := range [][]*call{d.calls, d.settled} {
+		for _, c := range list {
+			if c.s == s {
+				f(c)
+			}
 		}
 	}
 	for _, b := range d.batches {
 		if b.s == s {
 			for _, c := range b.calls {
-				c.lost = true
+				f(c)
 			}
 		}
 	}
-	s.gens = newGenMap()
-	d.hit(pathLostState)
-	d.note("lose state of s%d", s.index)
 }
 
-// checkPristine lets the reference's generation 0 map anew while the
-// reference's scope holds nothing: a coordinator that lost its state may
-// have restarted that scope in any generation, and may forget it again.
-func (d *driver) checkPristine(s *cmpScope) {
-	rs, err := d.ref.Snapshot(context.Background(), s.alias, s.p)
-	if err != nil {
-		d.fail("Snapshot: reference: %v", err)
+// dropCalls forgets the calls of s for which drop holds, so that neither
+// coordinator hears of them again.
+func (d *driver) dropCalls(s *cmpScope, drop func(*call) bool) {
+	gone := func(c *call) bool { return c.s == s && drop(c) }
+	d.calls = slices.DeleteFunc(d.calls, gone)
+	d.settled = slices.DeleteFunc(d.settled, gone)
+	for _, b := range d.batches {
+		if b.s != s {
+			continue
+		}
+		var calls []*call
+		var outs []coordinator.Outcome
+		for i, c := range b.calls {
+			if !drop(c) {
+				calls, outs = append(calls, c), append(outs, b.outs[i])
+			}
+		}
+		b.calls, b.outs = calls, outs
 	}
-	s.gens.rebind0 = rs.State == coordinator.StateClosed && rs.Generation == 0 && rs.Calls == 0 && rs.ConsecutiveFailures == 0
+	d.batches = slices.DeleteFunc(d.batches, func(b *batch) bool { return b.s == s && len(b.calls) == 0 })
 }
 
+// sameGen compares generations that an operation other than Snapshot
+// returned.
 func (d *driver) sameGen(s *cmpScope, ref, sut uint64) bool {
 	if s.gens == nil {
 		return ref == sut
 	}
-	return s.gens.same(ref, sut)
+	return s.gens.same(ref, sut, false, d.keepUntil(s))
 }
 
 func (d *driver) sameTransition(s *cmpScope, op string, r, su *coordinator.Transition) {
@@ -606,38 +735,46 @@ func scopeOf(t *coordinator.Transition) string {
 }
 
 // genMap maps the reference's generations of one scope one-to-one to those
-// of the coordinator under test, from its last loss of state on.
+// of the coordinator under test, from its last loss of state on (or from
+// when the coordinator under test forgot the generation it restarted in).
 type genMap struct {
 	refToSut, sutToRef map[uint64]uint64
-	rebind0            bool // the reference's generation 0 may map anew
-	version            int  // changes when generation 0 maps anew
+	// tentative: only Snapshot has bound the reference's generation 0 so
+	// far, and a coordinator may read a lost scope fresh until its first
+	// write restarts it.
+	tentative bool
+	// fromLoss: the map began at a loss, so a generation other than 0
+	// bound to the reference's 0 is one the coordinator under test
+	// restarted in, which it keeps until keepUntil (Unix ms; 0 for no such
+	// generation) even if nothing is recorded in it.
+	fromLoss  bool
+	keepUntil int64
 }
 
 func newGenMap() *genMap {
 	return &genMap{refToSut: map[uint64]uint64{}, sutToRef: map[uint64]uint64{}}
 }
 
-func (m *genMap) same(ref, sut uint64) bool {
+// same reports whether ref and sut correspond, binding them if neither is
+// bound yet. read says a Snapshot returned them; keepUntil is for a new
+// binding of the reference's generation 0.
+func (m *genMap) same(ref, sut uint64, read bool, keepUntil int64) bool {
+	if ref == 0 && m.tentative {
+		delete(m.sutToRef, m.refToSut[0])
+		delete(m.refToSut, 0)
+	}
 	s, refKnown := m.refToSut[ref]
 	r, sutKnown := m.sutToRef[sut]
-	if refKnown && sutKnown && s == sut && r == ref {
-		return true
-	}
-	if ref == 0 && m.rebind0 {
-		if refKnown {
-			delete(m.sutToRef, s)
-			m.version++
-		}
-		if sutKnown {
-			delete(m.refToSut, r)
-		}
-		m.refToSut[0], m.sutToRef[sut] = sut, 0
-		return true
-	}
 	if refKnown || sutKnown {
-		return false
+		return refKnown && sutKnown && s == sut && r == ref
 	}
 	m.refToSut[ref], m.sutToRef[sut] = sut, ref
+	if ref == 0 {
+		m.tentative = read
+		if !read && m.fromLoss && sut != 0 {
+			m.keepUntil = keepUntil
+		}
+	}
 	return true
 }
 

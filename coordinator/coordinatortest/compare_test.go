@@ -26,26 +26,39 @@ type lossy struct {
 	// adopt, when set, makes a loss keep the old generations: the bug
 	// Compare must catch.
 	adopt bool
+	// forgetEarly, when set, makes a scope restarted after a loss answer
+	// in a new generation until its first write, and from then on in
+	// generation 0 of a fresh scope, as if the new generation had been
+	// forgotten at once, so that outcomes admitted under 0 before the loss
+	// count again.
+	forgetEarly bool
+	written     map[string]bool // since the last loss
 }
 
 const epochSize = 1 << 32
 
 func newLossy(clock func() time.Time) *lossy {
-	return &lossy{m: memory.New(memory.WithClock(clock)), epochs: map[string]uint64{}}
+	return &lossy{m: memory.New(memory.WithClock(clock)), epochs: map[string]uint64{}, written: map[string]bool{}}
 }
 
 func (l *lossy) lose(scope string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.epochs[scope]++
+	delete(l.written, scope)
 }
 
-func (l *lossy) inner(scope string) (string, uint64) {
+// inner returns the memory scope that stands for scope and the offset of
+// its generations; write says the operation is not a Snapshot.
+func (l *lossy) inner(scope string, write bool) (string, uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.epochs[scope]
-	if l.adopt {
+	if l.adopt || (l.forgetEarly && l.written[scope]) {
 		return fmt.Sprintf("%d/%s", e, scope), 0
+	}
+	if write && e > 0 {
+		l.written[scope] = true
 	}
 	return fmt.Sprintf("%d/%s", e, scope), e * epochSize
 }
@@ -70,7 +83,7 @@ func out(t *coordinator.Transition, scope string, offset uint64) *coordinator.Tr
 }
 
 func (l *lossy) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
-	s, off := l.inner(scope)
+	s, off := l.inner(scope, true)
 	d, err := l.m.Admit(ctx, s, p, claim)
 	d.Generation += off
 	d.Transition = out(d.Transition, scope, off)
@@ -78,7 +91,7 @@ func (l *lossy) Admit(ctx context.Context, scope string, p coordinator.Policy, c
 }
 
 func (l *lossy) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
-	s, off := l.inner(scope)
+	s, off := l.inner(scope, true)
 	mapped := make([]coordinator.Outcome, len(outcomes))
 	for i, o := range outcomes {
 		o.Generation = in(o.Generation, off)
@@ -91,7 +104,7 @@ func (l *lossy) Record(ctx context.Context, scope string, p coordinator.Policy, 
 }
 
 func (l *lossy) Settle(ctx context.Context, scope string, p coordinator.Policy, claim string, o coordinator.Outcome) (coordinator.Result, error) {
-	s, off := l.inner(scope)
+	s, off := l.inner(scope, true)
 	o.Generation = in(o.Generation, off)
 	r, err := l.m.Settle(ctx, s, p, claim, o)
 	r.Generation += off
@@ -100,7 +113,7 @@ func (l *lossy) Settle(ctx context.Context, scope string, p coordinator.Policy, 
 }
 
 func (l *lossy) Snapshot(ctx context.Context, scope string, p coordinator.Policy) (coordinator.Snapshot, error) {
-	s, off := l.inner(scope)
+	s, off := l.inner(scope, false)
 	snap, err := l.m.Snapshot(ctx, s, p)
 	snap.Scope = scope
 	snap.Generation += off
@@ -129,6 +142,18 @@ var brokenCoordinators = map[string]struct {
 		func(clock func() time.Time) coordinator.Coordinator {
 			l := newLossy(clock)
 			l.adopt = true
+			return l
+		},
+	},
+	// Restarts a lost scope in a new generation, as it should, but forgets
+	// that generation before a window has passed: Compare lets a restarted
+	// generation be forgotten, and the calls lost before it go unchecked,
+	// only where the reference would forget it.
+	"ForgetsRestartedGenerationEarly": {
+		coordinatortest.CompareOptions{Seeds: 10, LoseState: loseState},
+		func(clock func() time.Time) coordinator.Coordinator {
+			l := newLossy(clock)
+			l.forgetEarly = true
 			return l
 		},
 	},
