@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
+	"github.com/cbgrpc/cbgrpc/internal/redistest"
+)
+
+// binary is the cbctl built for these tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "cbctl-test")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "cbctl")
+	gocmd := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if out, err := exec.Command(gocmd, "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		panic("go build: " + err.Error() + "\n" + string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// cli runs the built cbctl with args and the given environment only.
+type cli struct {
+	t   *testing.T
+	env []string
+}
+
+func newCLI(t *testing.T, addr string, env ...string) *cli {
+	return &cli{t: t, env: append([]string{"CBCTL_REDIS_ADDR=" + addr, "CBCTL_BY=tester"}, env...)}
+}
+
+type ran struct {
+	stdout, stderr string
+	code           int
+}
+
+func (c *cli) run(args ...string) ran {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = c.env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := ran{stdout: stdout.String(), stderr: stderr.String()}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		r.code = exit.ExitCode()
+	default:
+		c.t.Fatalf("cbctl %q: %v", args, err)
+	}
+	return r
+}
+
+// want runs cbctl and checks its exit code, and that stdout and stderr
+// contain the given texts ("" checks nothing, except that stderr is empty
+// on success).
+func (c *cli) want(code int, stdout, stderr string, args ...string) ran {
+	c.t.Helper()
+	r := c.run(args...)
+	if r.code != code || !strings.Contains(r.stdout, stdout) || !strings.Contains(r.stderr, stderr) || (code == 0 && stderr == "" && r.stderr != "") {
+		c.t.Errorf("cbctl %q: exit %d\nstdout:\n%s\nstderr:\n%s\nwant exit %d, stdout containing %q, stderr containing %q",
+			args, r.code, r.stdout, r.stderr, code, stdout, stderr)
+	}
+	return r
+}
+
+// fleet is what the services do meanwhile: the library on the same Redis,
+// with the default policy cbctl assumes.
+type fleet struct {
+	t *testing.T
+	c *cbredis.Coordinator
+	p coordinator.Policy
+}
+
+func (f *fleet) trip(scope string) {
+	f.t.Helper()
+	s, err := f.c.Snapshot(context.Background(), scope, f.p)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out := make([]coordinator.Outcome, f.p.MinCalls)
+	for i := range out {
+		out[i] = coordinator.Outcome{Generation: s.Generation, Failure: true}
+	}
+	res, err := f.c.Record(context.Background(), scope, f.p, out)
+	if err != nil || res.Transition == nil {
+		f.t.Fatalf("tripping %q: %+v, %v", scope, res, err)
+	}
+}
+
+func (f *fleet) admit(scope string) coordinator.Decision {
+	f.t.Helper()
+	d, err := f.c.Admit(context.Background(), scope, f.p, "claim")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return d
+}
+
+func newFleet(t *testing.T, rdb goredis.UniversalClient) *fleet {
+	return &fleet{t: t, c: cbredis.New(rdb), p: coordinator.DefaultPolicy()}
+}
+
+func TestCLI(t *testing.T) {
+	srv := redistest.Start(t)
+	f := newFleet(t, srv.Client(t))
+	c := newCLI(t, srv.Addr())
+
+	r := c.want(0, "SCOPE", "", "list")
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 1 {
+		t.Errorf("list of nothing: %q; want the header alone", lines)
+	}
+	c.want(3, "", `cbctl: show: scope nowhere not found`, "show", "nowhere")
+
+	f.trip("svc/pkg.S/Trip")
+	if _, err := f.c.Record(context.Background(), "svc/pkg.S/Fine", f.p, []coordinator.Outcome{{}, {Failure: true}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// isolate
+	c.want(2, "", "cbctl: isolate: invalid note: a reason is required to isolate a breaker", "isolate", "svc/pkg.S/Down")
+	c.want(2, "", "cbctl: isolate: invalid note: For is -1s", "isolate", "svc/pkg.S/Down", "--reason", "x", "--for", "-1s")
+	c.want(2, "", "want one SCOPE, got 0 arguments", "isolate", "--reason", "x")
+	c.want(0, "closed -> isolated gen 1: isolated by alice for 1h0m0s: payments outage",
+		"", "isolate", "svc/pkg.S/Down", "--for", "1h", "--reason", "payments outage", "--by", "alice")
+	if d := f.admit("svc/pkg.S/Down"); d.Verdict != coordinator.Reject || d.State != coordinator.StateIsolated {
+		t.Errorf("the fleet's Admit of the isolated scope: %+v; want Reject", d)
+	}
+
+	// list and show
+	r = c.want(0, "", "", "list")
+	rows := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n")[1:] {
+		fields := strings.Fields(line)
+		rows[fields[0]] = fields
+	}
+	for scope, want := range map[string][]string{
+		"svc/pkg.S/Down": {"isolated", "1", "0", "0", "0"},
+		"svc/pkg.S/Fine": {"closed", "0", "2", "1", "0", "-", "0", "-"},
+		"svc/pkg.S/Trip": {"open", "1", "0", "0", "0"},
+	} {
+		if got := rows[scope]; len(got) < len(want)+1 || strings.Join(got[1:len(want)+1], " ") != strings.Join(want, " ") {
+			t.Errorf("list row of %s: %q; want it to start with %q\n%s", scope, got, want, r.stdout)
+		}
+	}
+	if got := rows["svc/pkg.S/Down"]; !strings.HasSuffix(strings.Join(got, " "), "0 by alice: payments outage") {
+		t.Errorf("list row of the isolated scope: %q; want its probes and note last", got)
+	}
+	r = c.want(0, "", "", "list", "--json")
+	var list []snapshotJSON
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
+		t.Fatalf("list --json: %v\n%s", err, r.stdout)
+	}
+	if len(list) != 3 || list[0].Scope != "svc/pkg.S/Down" || list[0].State != "isolated" ||
+		list[0].Operator == nil || list[0].Operator.By != "alice" || list[0].Operator.For != "1h0m0s" || list[0].OpenUntil == "" {
+		t.Errorf("list --json: %+v", list)
+	}
+	c.want(0, "state:                isolated", "", "show", "svc/pkg.S/Down")
+	r = c.want(0, "", "", "show", "--json", "svc/pkg.S/Trip")
+	var s snapshotJSON
+	if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || s.State != "open" || s.Generation != 1 || s.OpenUntil == "" || s.Operator != nil {
+		t.Errorf("show --json of the open scope: %+v, %v\n%s", s, err, r.stdout)
+	}
+
+	// release
+	c.want(0, "isolated -> closed gen 2: released by tester: fixed", "", "release", "svc/pkg.S/Down", "--reason", "fixed")
+	c.want(0, "unchanged: svc/pkg.S/Down is closed in generation 2", "", "release", "svc/pkg.S/Down")
+	c.want(3, "", "cbctl: release: scope svc/pkg.S/Typo not found", "release", "svc/pkg.S/Typo")
+	c.want(0, "open -> closed gen 2: released by tester", "", "release", "svc/pkg.S/Trip")
+
+	// disable and enable
+	f.trip("svc/pkg.S/Trip")
+	c.want(0, "open -> disabled gen 4: disabled by tester: flapping", "", "disable", "--reason", "flapping", "svc/pkg.S/Trip")
+	if d := f.admit("svc/pkg.S/Trip"); d.Verdict != coordinator.Allow || d.State != coordinator.StateDisabled {
+		t.Errorf("the fleet's Admit of the disabled scope: %+v; want Allow", d)
+	}
+	c.want(2, "", "cbctl: disable: flag provided but not defined: -for", "disable", "svc/pkg.S/Trip", "--reason", "x", "--for", "1s")
+	r = c.want(0, "", "", "enable", "svc/pkg.S/Trip", "--json")
+	var res resultJSON
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || !res.Changed || res.State != "closed" || res.Transition == nil ||
+		res.Transition.From != "disabled" || res.Transition.Reason != "enabled by tester" {
+		t.Errorf("enable --json: %+v, %v\n%s", res, err, r.stdout)
+	}
+	r = c.want(0, "", "", "enable", "svc/pkg.S/Trip", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || res.Changed || res.Transition != nil {
+		t.Errorf("enable --json again: %+v, %v\n%s", res, err, r.stdout)
+	}
+
+	// odd scopes: quoted in tables, "--" for one that starts with a dash
+	c.want(0, `closed -> isolated gen 1`, "", "isolate", "--reason", "odd", "--", "-dash scope")
+	if r := c.want(0, `"-dash scope" `, "", "list"); !strings.Contains(strings.Join(strings.Fields(r.stdout), " "), `"-dash scope" isolated 1`) {
+		t.Errorf("list: want the dash scope quoted and isolated:\n%s", r.stdout)
+	}
+
+	// usage and operational errors
+	c.want(2, "", `cbctl: unknown command "lsit"`, "lsit")
+	c.want(2, "", "cbctl: list: flag provided but not defined: -nope", "list", "--nope")
+	c.want(2, "", "cbctl: list: list takes no argument", "list", "extra")
+	c.want(2, "", "cbctl: list: --window 1ms --buckets 10", "list", "--window", "1ms")
+	c.want(0, "", "usage: cbctl show [flags] SCOPE", "show", "--help")
+	c.want(1, "", "cbctl: list: redis coordinator: list: ", "list", "--addr", "127.0.0.1:1")
+}
+
+// The username and password come from the environment.
+func TestCLIAuth(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	if err := rdb.Do(ctx, "ACL", "SETUSER", "ops", "on", ">s3cret", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, "ACL", "SETUSER", "default", "off").Err(); err != nil {
+		t.Fatal(err)
+	}
+	newCLI(t, srv.Addr()).want(1, "", "cbctl: list: ", "list")
+	newCLI(t, srv.Addr(), "CBCTL_REDIS_USERNAME=ops", "CBCTL_REDIS_PASSWORD=wrong").want(1, "", "WRONGPASS", "list")
+	c := newCLI(t, srv.Addr(), "CBCTL_REDIS_USERNAME=ops", "CBCTL_REDIS_PASSWORD=s3cret")
+	c.want(0, "closed -> isolated", "", "isolate", "s", "--reason", "auth")
+	c.want(0, "by tester: auth", "", "list")
+}
+
+func TestCLICluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	f := newFleet(t, cl.Client(t))
+	c := newCLI(t, strings.Join(cl.Addrs(), ","))
+	c.want(2, "", "--cluster for seeds", "list")
+	scopes := []string{"a/x", "b/y", "c/z", "d/w", "e/v", "f/u"}
+	for _, s := range scopes {
+		f.trip(s)
+	}
+	c.want(0, "open -> isolated gen 2", "", "isolate", "--cluster", "c/z", "--reason", "cluster")
+	r := c.want(0, "", "", "list", "--cluster", "--json")
+	var list []snapshotJSON
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range list {
+		got = append(got, s.Scope+"="+s.State)
+	}
+	if strings.Join(got, " ") != "a/x=open b/y=open c/z=isolated d/w=open e/v=open f/u=open" {
+		t.Errorf("list --cluster: %v", got)
+	}
+}
+
+// watch prints transitions as they happen, of the scopes it lists at the
+// start, and ends cleanly on SIGINT.
+func TestCLIWatch(t *testing.T) {
+	srv := redistest.Start(t)
+	f := newFleet(t, srv.Client(t))
+	f.trip("svc/watched")
+	cmd := exec.Command(binary, "watch", "--json")
+	cmd.Env = []string{"CBCTL_REDIS_ADDR=" + srv.Addr()}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	errLines := bufio.NewScanner(stderr)
+	if !errLines.Scan() || errLines.Text() != "cbctl: watch: following 1 scopes" {
+		t.Fatalf("watch said %q, %v; want it following 1 scope", errLines.Text(), errLines.Err())
+	}
+	go func() {
+		for errLines.Scan() {
+			t.Logf("watch stderr: %s", errLines.Text())
+		}
+	}()
+
+	ctx := context.Background()
+	if _, err := f.c.Isolate(ctx, "svc/watched", f.p, coordinator.Note{By: "alice", Reason: "watching"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.c.Release(ctx, "svc/watched", f.p, coordinator.Note{}); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	for _, want := range []transitionJSON{
+		{Scope: "svc/watched", From: "open", To: "isolated", Generation: 2, Reason: "isolated by alice: watching"},
+		{Scope: "svc/watched", From: "isolated", To: "closed", Generation: 3, Reason: "released"},
+	} {
+		select {
+		case line := <-lines:
+			var got transitionJSON
+			if err := json.Unmarshal([]byte(line), &got); err != nil {
+				t.Fatalf("watch printed %q: %v", line, err)
+			}
+			if _, err := time.Parse(timeFormat, got.At); err != nil {
+				t.Errorf("watch: at %q: %v", got.At, err)
+			}
+			got.At = ""
+			if got != want {
+				t.Errorf("watch printed %+v; want %+v", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("watch printed nothing for %+v", want)
+		}
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("watch after SIGINT: %v; want exit 0", err)
+	}
+}

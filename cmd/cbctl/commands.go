@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
+)
+
+// setup parses the flags, then connects; every command but watch gets
+// --timeout.
+func (e *env) setup(ctx context.Context, args []string, want func(pos []string) error) (context.Context, context.CancelFunc, *cbredis.Coordinator, coordinator.Policy, []string, error) {
+	pos, err := e.parse(args)
+	if err == nil {
+		err = want(pos)
+	}
+	var p coordinator.Policy
+	if err == nil {
+		p, err = e.policy()
+	}
+	if err != nil {
+		return nil, nil, nil, p, nil, err
+	}
+	c, err := e.coordinator()
+	if err != nil {
+		return nil, nil, nil, p, nil, err
+	}
+	cancel := context.CancelFunc(func() {})
+	if e.name != "watch" {
+		ctx, cancel = context.WithTimeout(ctx, e.timeout)
+	}
+	return ctx, cancel, c, p, pos, nil
+}
+
+func oneScope(pos []string) error {
+	if len(pos) != 1 {
+		return usageErr("want one SCOPE, got %d arguments", len(pos))
+	}
+	return nil
+}
+
+func cmdList(ctx context.Context, e *env, args []string) error {
+	e.flags("")
+	ctx, cancel, c, p, _, err := e.setup(ctx, args, func(pos []string) error {
+		if len(pos) != 0 {
+			return usageErr("list takes no argument, got %q", pos)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	list, err := c.List(ctx, p)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		out := make([]snapshotJSON, len(list))
+		for i, s := range list {
+			out[i] = toJSON(s)
+		}
+		return writeJSON(e.stdout, out)
+	}
+	return writeTable(e.stdout, list)
+}
+
+func cmdShow(ctx context.Context, e *env, args []string) error {
+	e.flags("SCOPE")
+	ctx, cancel, c, p, pos, err := e.setup(ctx, args, oneScope)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	s, err := c.Snapshot(ctx, pos[0], p)
+	if err != nil {
+		return err
+	}
+	if s == (coordinator.Snapshot{Scope: pos[0]}) {
+		return notFound(pos[0])
+	}
+	if e.json {
+		return writeJSON(e.stdout, toJSON(s))
+	}
+	return writeDetail(e.stdout, s)
+}
+
+// cmdControl runs one of the operator's commands of coordinator.Controller.
+func cmdControl(op string) func(ctx context.Context, e *env, args []string) error {
+	return func(ctx context.Context, e *env, args []string) error {
+		fs := e.flags("SCOPE")
+		var n coordinator.Note
+		reason := "why, for whoever looks at the breaker"
+		if op == "isolate" || op == "disable" {
+			reason += " (required)"
+		}
+		fs.StringVar(&n.Reason, "reason", "", reason)
+		fs.StringVar(&n.By, "by", e.defaultBy(), "who acts, for the note")
+		if op == "isolate" {
+			fs.DurationVar(&n.For, "for", 0, "release by itself after this long (0: until released)")
+		}
+		ctx, cancel, c, p, pos, err := e.setup(ctx, args, func(pos []string) error {
+			if err := oneScope(pos); err != nil {
+				return err
+			}
+			if err := n.Validate(op); err != nil {
+				return usageErr("%v", err)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		scope := pos[0]
+		if op == "release" || op == "enable" {
+			// Acting on a scope with no state does nothing: most likely a
+			// mistyped scope, which the operator must hear of.
+			s, err := c.Snapshot(ctx, scope, p)
+			if err != nil {
+				return err
+			}
+			if s == (coordinator.Snapshot{Scope: scope}) {
+				return notFound(scope)
+			}
+		}
+		var res coordinator.Result
+		switch op {
+		case "isolate":
+			res, err = c.Isolate(ctx, scope, p, n)
+		case "release":
+			res, err = c.Release(ctx, scope, p, n)
+		case "disable":
+			res, err = c.Disable(ctx, scope, p, n)
+		case "enable":
+			res, err = c.Enable(ctx, scope, p, n)
+		}
+		if err != nil {
+			return err
+		}
+		if e.json {
+			out := resultJSON{Scope: scope, Changed: res.Transition != nil, State: res.State.String(), Generation: res.Generation}
+			if res.Transition != nil {
+				t := toTransitionJSON(*res.Transition)
+				out.Transition = &t
+			}
+			return writeJSON(e.stdout, out)
+		}
+		if res.Transition != nil {
+			fmt.Fprintln(e.stdout, transitionLine(*res.Transition))
+			return nil
+		}
+		fmt.Fprintf(e.stdout, "unchanged: %s is %v in generation %d\n", quoteScope(scope), res.State, res.Generation)
+		return nil
+	}
+}
+
+func cmdWatch(ctx context.Context, e *env, args []string) error {
+	fs := e.flags("[SCOPE...]")
+	rescan := fs.Duration("rescan", 10*time.Second, "without SCOPE arguments: how often to list the scopes again, to follow new ones (0: never)")
+	ctx, _, c, p, pos, err := e.setup(ctx, args, func([]string) error { return nil })
+	if err != nil {
+		return err
+	}
+	if *rescan < 0 {
+		return usageErr("--rescan %v: want 0 or more", *rescan)
+	}
+	w, err := c.Watch(ctx)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	follow := func() (int, error) {
+		scopes := pos
+		if len(pos) == 0 {
+			lctx, cancel := context.WithTimeout(ctx, e.timeout)
+			defer cancel()
+			list, err := c.List(lctx, p)
+			if err != nil {
+				return 0, err
+			}
+			for _, s := range list {
+				scopes = append(scopes, s.Scope)
+			}
+		}
+		fctx, cancel := context.WithTimeout(ctx, e.timeout)
+		defer cancel()
+		return len(scopes), w.Follow(fctx, scopes...)
+	}
+	n, err := follow()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "cbctl: watch: following %d scopes\n", n)
+	if len(pos) == 0 && *rescan > 0 {
+		go func() {
+			t := time.NewTicker(*rescan)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					// A failed rescan is retried at the next tick; a broken
+					// feed ends Next.
+					follow()
+				}
+			}
+		}()
+	}
+	for {
+		t, err := w.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // interrupted: a normal end
+			}
+			if errors.Is(err, coordinator.ErrFeedLost) {
+				return fmt.Errorf("%w; transitions may have been missed", err)
+			}
+			return err
+		}
+		if e.json {
+			if err := writeJSONLine(e.stdout, toTransitionJSON(t)); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintln(e.stdout, transitionLine(t))
+	}
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
+)
+
+// env is one command's flags, output and connection.
+type env struct {
+	name           string
+	stdout, stderr io.Writer
+	getenv         func(string) string
+
+	addr, prefix, by  string
+	cluster, tls      bool
+	tlsCA, tlsName    string
+	window            time.Duration
+	buckets           int
+	timeout           time.Duration
+	json              bool
+	client            goredis.UniversalClient
+	fs                *flag.FlagSet
+	positionalsNeeded string // for the help text: "SCOPE", "[SCOPE...]"
+}
+
+var errHelp = errors.New("help")
+
+// flags makes the command's flag set with the flags every command takes.
+func (e *env) flags(positionals string) *flag.FlagSet {
+	fs := flag.NewFlagSet("cbctl "+e.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	def := coordinator.DefaultPolicy()
+	addr := e.getenv("CBCTL_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	fs.StringVar(&e.addr, "addr", addr, "Redis `host:port`; comma-separated seeds with --cluster")
+	fs.BoolVar(&e.cluster, "cluster", false, "the Redis is a Redis Cluster")
+	fs.BoolVar(&e.tls, "tls", false, "connect with TLS")
+	fs.StringVar(&e.tlsCA, "tls-ca", "", "PEM `file` of the CAs to trust (implies --tls)")
+	fs.StringVar(&e.tlsName, "tls-server-name", "", "server `name` to verify (implies --tls)")
+	fs.StringVar(&e.prefix, "prefix", cbredis.DefaultPrefix, "key `prefix` of the fleet's coordinator")
+	fs.DurationVar(&e.window, "window", def.Window, "the fleet's Policy.Window")
+	fs.IntVar(&e.buckets, "buckets", def.Buckets, "the fleet's Policy.Buckets")
+	fs.DurationVar(&e.timeout, "timeout", 10*time.Second, "bound on the command (not on watch)")
+	fs.BoolVar(&e.json, "json", false, "print JSON instead of a table")
+	e.fs = fs
+	e.positionalsNeeded = positionals
+	return fs
+}
+
+// parse parses args, letting flags and arguments mix; "--" ends the flags.
+func (e *env) parse(args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := e.fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				e.help()
+				return nil, errHelp
+			}
+			return nil, usageErr("%v (see cbctl %s --help)", err, e.name)
+		}
+		rest := e.fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// flag stops at "--" (consumed) or at the first argument.
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func (e *env) help() {
+	fmt.Fprintf(e.stderr, "usage: cbctl %s [flags] %s\n\nflags:\n", e.name, e.positionalsNeeded)
+	e.fs.SetOutput(e.stderr)
+	e.fs.PrintDefaults()
+	fmt.Fprint(e.stderr, "\nenvironment: CBCTL_REDIS_ADDR, CBCTL_REDIS_USERNAME, CBCTL_REDIS_PASSWORD, CBCTL_BY\n")
+}
+
+// policy is the fleet's policy as far as cbctl needs it: the window.
+func (e *env) policy() (coordinator.Policy, error) {
+	p := coordinator.DefaultPolicy()
+	p.Window, p.Buckets = e.window, e.buckets
+	if err := p.Validate(); err != nil {
+		return p, usageErr("--window %v --buckets %d: %v", e.window, e.buckets, err)
+	}
+	return p, nil
+}
+
+// coordinator connects to Redis.
+func (e *env) coordinator() (*cbredis.Coordinator, error) {
+	if strings.ContainsAny(e.prefix, "{}") {
+		return nil, usageErr("--prefix %q: a prefix holds no brace", e.prefix)
+	}
+	var tc *tls.Config
+	if e.tls || e.tlsCA != "" || e.tlsName != "" {
+		tc = &tls.Config{ServerName: e.tlsName, MinVersion: tls.VersionTLS12}
+		if e.tlsCA != "" {
+			pem, err := os.ReadFile(e.tlsCA)
+			if err != nil {
+				return nil, usageErr("--tls-ca: %v", err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, usageErr("--tls-ca %s: no PEM certificate in it", e.tlsCA)
+			}
+		}
+	}
+	user, pass := e.getenv("CBCTL_REDIS_USERNAME"), e.getenv("CBCTL_REDIS_PASSWORD")
+	addrs := strings.Split(e.addr, ",")
+	if e.cluster {
+		e.client = goredis.NewClusterClient(&goredis.ClusterOptions{
+			Addrs: addrs, Username: user, Password: pass, TLSConfig: tc, ContextTimeoutEnabled: true,
+		})
+	} else {
+		if len(addrs) != 1 {
+			return nil, usageErr("--addr %q: one address, or --cluster for seeds", e.addr)
+		}
+		e.client = goredis.NewClient(&goredis.Options{
+			Addr: e.addr, Username: user, Password: pass, TLSConfig: tc, ContextTimeoutEnabled: true,
+		})
+	}
+	return cbredis.New(e.client, cbredis.WithPrefix(e.prefix)), nil
+}
+
+// by is who acts, for the note.
+func (e *env) defaultBy() string {
+	if by := e.getenv("CBCTL_BY"); by != "" {
+		return by
+	}
+	return e.getenv("USER")
+}
