@@ -3,7 +3,10 @@ package cbgrpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+
+	"go.opentelemetry.io/otel"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -37,7 +40,26 @@ func (c Class) String() string {
 // Classifier decides what the error of an ended call means. err is nil for
 // a call that succeeded. A Breaker never passes its own rejections
 // ([ErrOpen]) to a Classifier: they are never an outcome.
+//
+// A Classifier that panics does not crash the caller, nor change the
+// call's result: the call is classified by [DefaultClassifier] instead,
+// and the panic goes to the OpenTelemetry error handler (otel.Handle).
+// Ignoring the outcome would leave a dependency unprotected for as long
+// as the classifier panics; counting it a failure would trip a breaker
+// over a healthy one.
 type Classifier func(ctx context.Context, method string, err error) Class
+
+// classify runs the Classifier, falling back on DefaultClassifier when it
+// panics.
+func (b *Breaker) classify(ctx context.Context, method string, err error) (c Class) {
+	defer func() {
+		if r := recover(); r != nil {
+			otel.Handle(fmt.Errorf("cbgrpc: the classifier panicked on %s; DefaultClassifier decided instead: %v", method, r))
+			c = DefaultClassifier(ctx, method, err)
+		}
+	}()
+	return b.cfg.classifier(ctx, method, err)
+}
 
 // DefaultClassifier counts as failures the codes that say the dependency
 // is in trouble: Unavailable, DeadlineExceeded, Internal, Unknown and

@@ -2,7 +2,12 @@ package cbgrpc
 
 import (
 	"context"
+	"fmt"
 	"strings"
+
+	"go.opentelemetry.io/otel"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // ScopeFunc names the breaker that protects a call. target is the
@@ -11,7 +16,25 @@ import (
 // breaker fleet-wide, so a scope should name the dependency, not the
 // replica. An empty scope means the call is not protected: it runs without
 // admission and its outcome is not recorded.
+//
+// A ScopeFunc that panics does not crash the caller: the call is not sent
+// and fails with status Internal naming the method and the panic, which
+// also goes to the OpenTelemetry error handler (otel.Handle). Letting it
+// through would send a call no breaker protects, and a scope function
+// that panics on some calls is a bug best seen at once.
 type ScopeFunc func(ctx context.Context, target, method string) string
+
+// safeScopeOf is scopeOf, with a panic of the ScopeFunc turned into the
+// call's error.
+func (b *Breaker) safeScopeOf(ctx context.Context, target, method string) (scope string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = status.Error(codes.Internal, fmt.Sprintf("cbgrpc: the scope function panicked on %s (the call was not sent): %v", method, r))
+			otel.Handle(err)
+		}
+	}()
+	return b.scopeOf(ctx, target, method), nil
+}
 
 // ScopeByMethod gives each method of each target its own breaker:
 // "dns:///users:443/users.v1.Users/Get". It is the default: a failing method

@@ -30,7 +30,10 @@ func Stream(c coordinator.Coordinator, opts ...Option) grpc.StreamClientIntercep
 // frees the slot.
 func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		scope := b.scopeOf(ctx, target(cc), method)
+		scope, err := b.safeScopeOf(ctx, target(cc), method)
+		if err != nil {
+			return nil, err
+		}
 		if scope == "" {
 			return streamer(ctx, desc, cc, method, opts...)
 		}

@@ -25,7 +25,10 @@ func Unary(c coordinator.Coordinator, opts ...Option) grpc.UnaryClientIntercepto
 // without reaching the network.
 func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		scope := b.scopeOf(ctx, target(cc), method)
+		scope, err := b.safeScopeOf(ctx, target(cc), method)
+		if err != nil {
+			return err
+		}
 		if scope == "" {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
@@ -57,7 +60,7 @@ func (b *Breaker) finish(ctx context.Context, t ticket, method string, err error
 	// Our own rejection (from another Breaker further down the chain) says
 	// nothing about the dependency.
 	if !errors.Is(err, ErrOpen) {
-		class = b.cfg.classifier(ctx, method, err)
+		class = b.classify(ctx, method, err)
 	}
 	if class == Ignore {
 		// An ignored probe is not settled: its lease frees the slot.
