@@ -32,6 +32,9 @@ type Config struct {
 	CoordinatorTimeout time.Duration
 	CoordinatorBackoff time.Duration
 	RecordInterval     time.Duration
+	// NoAdmissionCache asks the coordinator on every admission
+	// (cbgrpc.WithAdmissionCache(0)) instead of the library's default.
+	NoAdmissionCache bool
 }
 
 // Methods the callers can make.
@@ -88,6 +91,9 @@ func (c *Config) options() []cbgrpc.Option {
 	if c.RecordInterval > 0 {
 		opts = append(opts, cbgrpc.WithRecordInterval(c.RecordInterval))
 	}
+	if c.NoAdmissionCache {
+		opts = append(opts, cbgrpc.WithAdmissionCache(0))
+	}
 	return opts
 }
 
@@ -109,6 +115,7 @@ func (c Config) Args() []string {
 		"-coordinator-timeout", c.CoordinatorTimeout.String(),
 		"-coordinator-backoff", c.CoordinatorBackoff.String(),
 		"-record-interval", c.RecordInterval.String(),
+		"-no-admission-cache=" + strconv.FormatBool(c.NoAdmissionCache),
 		"-window", p.Window.String(),
 		"-buckets", strconv.Itoa(p.Buckets),
 		"-min-calls", strconv.Itoa(p.MinCalls),
@@ -145,6 +152,7 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs.DurationVar(&c.CoordinatorTimeout, "coordinator-timeout", 0, "cbgrpc.WithCoordinatorTimeout (0: default)")
 	fs.DurationVar(&c.CoordinatorBackoff, "coordinator-backoff", 0, "cbgrpc.WithCoordinatorBackoff (0: default)")
 	fs.DurationVar(&c.RecordInterval, "record-interval", 0, "cbgrpc.WithRecordInterval (0: default)")
+	fs.BoolVar(&c.NoAdmissionCache, "no-admission-cache", false, "ask the coordinator on every admission (cbgrpc.WithAdmissionCache(0))")
 	fs.DurationVar(&p.Window, "window", d.Window, "policy Window")
 	fs.IntVar(&p.Buckets, "buckets", d.Buckets, "policy Buckets")
 	fs.IntVar(&p.MinCalls, "min-calls", d.MinCalls, "policy MinCalls")

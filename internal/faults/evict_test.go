@@ -25,6 +25,7 @@ func TestStateEvictedWindowSurvives(t *testing.T) {
 	p := fleetPolicy(minCalls)
 	fleet := fleettest.Start(t, bin, replicas(procs, cbfleet.Config{
 		Redis: rs.Addr(), Target: srv.Addr(), Concurrency: 1, Policy: p,
+		NoAdmissionCache: true, // the bound counts admissions that ask Redis
 	})...)
 	sc := scope(srv.Addr(), cbfleet.EmptyCall)
 

@@ -303,3 +303,15 @@ func Rejecting(method string, n int64) func(cbfleet.Report) bool {
 		return m != nil && m.Streak >= n
 	}
 }
+
+// Eventually polls cond until it holds or timeout passes.
+func Eventually(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v", what, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
