@@ -38,9 +38,11 @@ func TestProbeBudget(t *testing.T) {
 	fleet.Phase("recovering")
 	fleet.WaitAll(t, "every replica calling again", settle, func(r cbfleet.Report) bool { return r.OK >= 10 })
 
-	// The first ProbeSuccesses calls are the probes; the breaker closed
-	// once the last of them ended, and any other call that arrived before
-	// then was admitted while half-open.
+	// The breaker cannot close before ProbeSuccesses calls have ended, so
+	// every call that arrived before the first ProbeSuccesses had all
+	// ended was admitted while half-open: a probe. (There may be more than
+	// ProbeSuccesses of them: a slot freed by a settled probe is taken
+	// again while the last ones are in flight.)
 	calls := srv.Calls()
 	var closedAt time.Time
 	for _, c := range calls[:p.ProbeSuccesses] {
@@ -71,9 +73,6 @@ func TestProbeBudget(t *testing.T) {
 		// Not a failure of the breaker, but the test proved less than it
 		// should: the probes never competed for the slots.
 		t.Logf("note: probes never overlapped")
-	}
-	if len(halfOpen) != p.ProbeSuccesses {
-		t.Errorf("%d calls reached the dependency while half-open, want the %d probes that closed it", len(halfOpen), p.ProbeSuccesses)
 	}
 	if s := snapshot(t, rs.Client(t), scope(srv.Addr(), cbfleet.EmptyCall), p); s.State != coordinator.StateClosed {
 		t.Errorf("after recovery the breaker is %v, want closed", s.State)
