@@ -36,6 +36,9 @@ type CompareOptions struct {
 // Each coordinator gets outcomes that carry the generations of its own
 // decisions. Compare counts the paths of the contract the sequences
 // reached, logs the counts, and fails if any path was never reached.
+// When the coordinator under test is a [coordinator.Controller] and
+// opts.LoseState is nil, operators' commands are in the mix too, with
+// paths of their own.
 //
 // Generations are compared exactly, unless opts.LoseState is set. They are
 // then compared through a one-to-one mapping, with three leeways where the
@@ -70,14 +73,20 @@ func Compare(t *testing.T, newCoordinator Factory, opts CompareOptions) {
 		steps = 300
 	}
 	var reached [numPaths]int
+	controlled := false
 	for seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			newDriver(t, newCoordinator, opts, uint64(seed), &reached).run(steps)
+			d := newDriver(t, newCoordinator, opts, uint64(seed), &reached)
+			controlled = controlled || d.ctl != nil
+			d.run(steps)
 		})
 	}
 	var counts, missing []string
 	for i, n := range reached {
 		if (i == pathLostState || i == pathFenced) && opts.LoseState == nil {
+			continue
+		}
+		if i >= pathRejectedIsolated && !controlled {
 			continue
 		}
 		counts = append(counts, fmt.Sprintf("%s %d", pathNames[i], n))
@@ -104,6 +113,14 @@ const (
 	pathStaleSettle
 	pathLostState
 	pathFenced
+	// with a coordinator.Controller (and no LoseState)
+	pathRejectedIsolated
+	pathIsolated
+	pathIsolationEnded
+	pathReleased
+	pathDisabled
+	pathCountedDisabled
+	pathEnabled
 	numPaths
 )
 
@@ -111,6 +128,7 @@ var pathNames = [numPaths]string{
 	"opened", "admitted", "rejected while open", "rejected at the probe limit", "lease expired",
 	"settled success", "settled failure", "closed again", "stale outcome", "stale settle",
 	"lost state that held something", "fenced after a loss",
+	"rejected while isolated", "isolated", "isolation ended", "released", "disabled", "counted while disabled", "enabled",
 }
 
 // comparePolicy is a small policy, so that short sequences trip, probe,
@@ -156,6 +174,9 @@ type driver struct {
 	sut     coordinator.Coordinator
 	lose    func(*testing.T, coordinator.Coordinator, string)
 	reached *[numPaths]int
+	// ctl is the coordinator under test as a Controller, when it is one
+	// and no state is lost: then operators' commands are in the mix.
+	ctl coordinator.Controller
 
 	scopes  []*cmpScope
 	calls   []*call  // admitted, outcome not sent yet
@@ -214,6 +235,9 @@ func newDriver(t *testing.T, f Factory, opts CompareOptions, seed uint64, reache
 		lose:    opts.LoseState,
 		reached: reached,
 	}
+	if ctl, ok := d.sut.(coordinator.Controller); ok && d.lose == nil {
+		d.ctl = ctl
+	}
 	for i, name := range []string{"{α}|a", "b\n"} {
 		s := &cmpScope{index: i, name: t.Name() + "/" + name, p: comparePolicy(d.rng), failing: d.rng.IntN(2) == 0}
 		s.alias = s.name
@@ -254,6 +278,8 @@ func (d *driver) run(steps int) {
 			d.abandon(s)
 		case n < 81 && d.lose != nil:
 			d.loseState(s)
+		case n < 83 && d.ctl != nil:
+			d.control(s)
 		default:
 			d.advance()
 		}
@@ -368,9 +394,12 @@ func (d *driver) admitClaim(s *cmpScope, claim string, again *call) {
 	case coordinator.Allow:
 		d.hit(pathAdmitted)
 	case coordinator.Reject:
-		if rd.State == coordinator.StateOpen {
+		switch rd.State {
+		case coordinator.StateOpen:
 			d.hit(pathRejectedOpen)
-		} else {
+		case coordinator.StateIsolated:
+			d.hit(pathRejectedIsolated)
+		default:
 			d.hit(pathRejectedProbeLimit)
 		}
 		return
@@ -463,6 +492,9 @@ func (d *driver) send(b *batch) {
 	if rr.Stale > 0 {
 		d.hit(pathStaleOutcome)
 	}
+	if rr.State == coordinator.StateDisabled && rr.Stale < len(refOuts) {
+		d.hit(pathCountedDisabled)
+	}
 	if lost > 0 {
 		d.hit(pathFenced)
 	}
@@ -554,7 +586,8 @@ func (d *driver) snapshot(s *cmpScope) {
 		rs.Calls != ss.Calls || rs.Failures != ss.Failures || rs.Slow != ss.Slow ||
 		rs.ConsecutiveFailures != ss.ConsecutiveFailures ||
 		!rs.OpenedAt.Equal(ss.OpenedAt) || !rs.OpenUntil.Equal(ss.OpenUntil) ||
-		rs.ProbesInFlight != ss.ProbesInFlight || rs.ProbeSuccesses != ss.ProbeSuccesses {
+		rs.ProbesInFlight != ss.ProbesInFlight || rs.ProbeSuccesses != ss.ProbeSuccesses ||
+		rs.Operator != ss.Operator || !rs.ForcedAt.Equal(ss.ForcedAt) {
 		d.fail("Snapshot(s%d): reference %s, coordinator under test %s", s.index, showSnapshot(rs), showSnapshot(ss))
 	}
 }
@@ -722,9 +755,63 @@ func (d *driver) sameTransition(s *cmpScope, op string, r, su *coordinator.Trans
 	switch {
 	case r.To == coordinator.StateOpen && r.From == coordinator.StateClosed:
 		d.hit(pathOpened)
-	case r.To == coordinator.StateClosed:
+	case r.To == coordinator.StateClosed && r.From == coordinator.StateHalfOpen:
 		d.hit(pathClosedAgain)
+	case r.To == coordinator.StateIsolated:
+		d.hit(pathIsolated)
+	case r.To == coordinator.StateDisabled:
+		d.hit(pathDisabled)
+	case r.Reason == coordinator.IsolationEnded:
+		d.hit(pathIsolationEnded)
+	case r.From == coordinator.StateDisabled && strings.HasPrefix(r.Reason, "enabled"):
+		d.hit(pathEnabled)
+	case r.To == coordinator.StateClosed:
+		d.hit(pathReleased)
 	}
+}
+
+// control runs an operator's command on both coordinators. Manual states
+// are kept short, so that the other paths stay reachable: a command on an
+// isolated or disabled scope mostly undoes it, and most isolations are for
+// a set time.
+func (d *driver) control(s *cmpScope) {
+	ctx := context.Background()
+	rs, err := d.ref.Snapshot(ctx, s.alias, s.p)
+	if err != nil {
+		d.fail("Snapshot: reference: %v", err)
+	}
+	ops := []string{"isolate", "disable", "release", "enable"}
+	op := ops[d.rng.IntN(len(ops))]
+	switch {
+	case rs.State == coordinator.StateIsolated && d.rng.IntN(4) > 0:
+		op = "release"
+	case rs.State == coordinator.StateDisabled && d.rng.IntN(4) > 0:
+		op = []string{"enable", "release"}[d.rng.IntN(2)]
+	}
+	d.next++
+	n := coordinator.Note{By: "compare", Reason: fmt.Sprintf("%s-%d", op, d.next)}
+	if op == "isolate" && d.rng.IntN(4) > 0 {
+		n.For = time.Duration(1+d.rng.IntN(600)) * time.Millisecond
+	}
+	run := func(c coordinator.Controller, scope string) (coordinator.Result, error) {
+		switch op {
+		case "isolate":
+			return c.Isolate(ctx, scope, s.p, n)
+		case "disable":
+			return c.Disable(ctx, scope, s.p, n)
+		case "release":
+			return c.Release(ctx, scope, s.p, n)
+		}
+		return c.Enable(ctx, scope, s.p, n)
+	}
+	rr, refErr := run(d.ref, s.alias)
+	sr, sutErr := run(d.ctl, s.name)
+	d.note("%s s%d %+v -> %s", op, s.index, n, showResult(rr))
+	d.noErr(op, refErr, sutErr)
+	if rr.State != sr.State || rr.Stale != sr.Stale || !d.sameGen(s, rr.Generation, sr.Generation) {
+		d.fail("%s(s%d, %+v): reference %s, coordinator under test %s", op, s.index, n, showResult(rr), showResult(sr))
+	}
+	d.sameTransition(s, op, rr.Transition, sr.Transition)
 }
 
 func scopeOf(t *coordinator.Transition) string {
