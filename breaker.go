@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +58,9 @@ type knownState struct {
 func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 	if c == nil {
 		return nil, errNilCoordinator
+	}
+	if v := reflect.ValueOf(c); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("cbgrpc: New: coordinator is a nil %T; pass memory.New() or redis.New(client)", c)
 	}
 	cfg := newConfig(opts)
 	if err := cfg.validate(); err != nil {
@@ -152,6 +156,10 @@ type ticket struct {
 	claim   string
 	track   bool // false: the call runs without admission and its outcome is not recorded
 	start   time.Time
+	// unrecorded says why the outcome of an untracked call that is
+	// protected cannot be recorded (it was let through without the
+	// coordinator, so it has no generation): it is counted as dropped.
+	unrecorded string
 }
 
 // scopeOf returns the scope of a call, "" when it is not protected.
@@ -171,7 +179,10 @@ func (b *Breaker) admit(ctx context.Context, scope string) (ticket, error) {
 	}
 	defer b.admits.Done()
 
-	if b.cache != nil {
+	// While the coordinator fails, what the cache knows is no excuse to
+	// skip the failure policy: Records are failing too, and a trip could go
+	// unheard.
+	if b.cache != nil && !b.inBackoff() {
 		if t, answered, err := b.admitCached(ctx, scope); answered {
 			return t, err
 		}
@@ -298,7 +309,7 @@ func (b *Breaker) decideWithout(ctx context.Context, scope string, cause error) 
 		rejected(ctx, e)
 		return ticket{}, e
 	}
-	return ticket{}, nil
+	return ticket{scope: scope, unrecorded: dropUnadmitted}, nil
 }
 
 // remember keeps what the coordinator said about scope.
@@ -397,6 +408,14 @@ func attempt(ctx context.Context, wg *sync.WaitGroup, f func(context.Context) er
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer func() {
+			// A coordinator that panics (a nil client, a bug) must not
+			// take the process down from a goroutine no caller can guard:
+			// it is a coordinator failure like any other.
+			if r := recover(); r != nil {
+				done <- fmt.Errorf("%w: %v", errCoordinatorPanic, r)
+			}
+		}()
 		done <- f(ctx)
 	}()
 	select {
@@ -407,11 +426,14 @@ func attempt(ctx context.Context, wg *sync.WaitGroup, f func(context.Context) er
 	}
 }
 
+var errCoordinatorPanic = errors.New("cbgrpc: the coordinator panicked")
+
 // retryable reports whether an error looks like a transport failure worth
 // one more try: not an invalid policy, and not the end of the time we had.
 func retryable(ctx context.Context, err error) bool {
 	return ctx.Err() == nil &&
 		!errors.Is(err, coordinator.ErrInvalidPolicy) &&
+		!errors.Is(err, errCoordinatorPanic) &&
 		!errors.Is(err, context.DeadlineExceeded) &&
 		!errors.Is(err, context.Canceled)
 }

@@ -148,6 +148,16 @@ func (c *admissionCache) observe(epoch uint64, scope string, s coordinator.State
 	}
 }
 
+// suspect forgets that scope is closed, so that its next admission asks the
+// coordinator: called when this process sees one of its calls fail.
+func (c *admissionCache) suspect(scope string) {
+	c.mu.Lock()
+	if e, ok := c.entries[scope]; ok && e.state == coordinator.StateClosed {
+		delete(c.entries, scope)
+	}
+	c.mu.Unlock()
+}
+
 // put stores e unless the cache knows something newer: generations only
 // grow, and within one generation open comes before half-open.
 func (c *admissionCache) put(epoch uint64, scope string, e cacheEntry) {

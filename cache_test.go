@@ -232,3 +232,52 @@ func TestWithAdmissionCacheRejectsNegative(t *testing.T) {
 		t.Fatalf("New with a negative max age: %v, want an error naming WithAdmissionCache", err)
 	}
 }
+
+// A failure seen by this process sends the scope's next admission to the
+// coordinator: a dependency that starts failing is not fed from the cache
+// while the news of the trip travels.
+func TestCacheAsksAfterAFailure(t *testing.T) {
+	fc := newFeedCoordinator(t, memory.New())
+	p := tripPolicy()
+	p.ConsecutiveFailures = 3
+	b := newBreaker(t, fc, WithPolicy(p))
+	const scope = "cache/failure"
+	admitN(t, b, scope, 1)
+	eventually(t, "the feed follows the scope", func() bool { return followed(b, scope) })
+	admitN(t, b, scope, 1)
+	if _, ok := cached(b, scope); !ok {
+		t.Fatal("closed scope not cached")
+	}
+	tk, err := b.admit(context.Background(), scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.finish(context.Background(), tk, "/m", errTransport)
+	asked := fc.admits.Load()
+	admitN(t, b, scope, 1)
+	if fc.admits.Load() != asked+1 {
+		t.Error("the admission after a failure was answered from the cache")
+	}
+}
+
+// While the coordinator fails, the cache is not consulted: the failure
+// policy decides, as it would without a cache.
+func TestCacheNotUsedWhileCoordinatorFails(t *testing.T) {
+	fc := newFeedCoordinator(t, memory.New())
+	b := newBreaker(t, fc, WithPolicy(tripPolicy()), WithCoordinatorFailure(FailClosed), WithCoordinatorBackoff(time.Hour))
+	const scope = "cache/coordinator-down"
+	admitN(t, b, scope, 1)
+	eventually(t, "the feed follows the scope", func() bool { return followed(b, scope) })
+	admitN(t, b, scope, 1)
+	if _, ok := cached(b, scope); !ok {
+		t.Fatal("closed scope not cached")
+	}
+	// A Record fails: the coordinator is unreachable for the back-off.
+	fc.failRecords.Store(true)
+	tk, _ := b.admit(context.Background(), scope)
+	b.finish(context.Background(), tk, "/m", nil)
+	eventually(t, "the Breaker to back off", b.inBackoff)
+	if _, err := b.admit(context.Background(), scope); !errors.Is(err, ErrOpen) {
+		t.Errorf("admission while the coordinator fails, fail-closed: %v, want ErrOpen", err)
+	}
+}

@@ -64,6 +64,11 @@ func TestCoordinatorDown(t *testing.T) {
 				if err != nil {
 					t.Errorf("unknown scope, fail-open: %v, want the call to go through", err)
 				}
+				// Let through without a generation, its outcome cannot be
+				// recorded: it is counted as dropped, not silently lost.
+				if got := mt.sum(t, "cbgrpc.outcomes.dropped", attrReason.String(dropUnadmitted)); got != 1 {
+					t.Errorf("outcomes dropped as not admitted = %d, want 1", got)
+				}
 			case FailClosed:
 				if !errors.Is(err, ErrOpen) {
 					t.Errorf("unknown scope, fail-closed: %v, want ErrOpen", err)
@@ -314,4 +319,26 @@ type rejectingCoordinator struct {
 func (c *rejectingCoordinator) Admit(context.Context, string, coordinator.Policy, string) (coordinator.Decision, error) {
 	c.n++
 	return coordinator.Decision{}, &coordinator.PolicyError{Field: "Window", Reason: "test"}
+}
+
+// panicCoordinator panics in every operation, as a coordinator with a nil
+// client would.
+type panicCoordinator struct{ coordinator.Coordinator }
+
+func (panicCoordinator) Admit(context.Context, string, coordinator.Policy, string) (coordinator.Decision, error) {
+	panic("no client")
+}
+
+// A coordinator that panics is a coordinator failure: the process survives
+// and the failure policy decides.
+func TestPanickingCoordinatorIsACoordinatorFailure(t *testing.T) {
+	mt := newMetrics()
+	b := newBreaker(t, panicCoordinator{}, WithCoordinatorFailure(FailClosed), WithMeterProvider(mt.mp))
+	_, err := b.admit(context.Background(), "panics")
+	if !errors.Is(err, ErrOpen) {
+		t.Fatalf("admission over a panicking coordinator: %v, want a fail-closed rejection", err)
+	}
+	if got := mt.sum(t, "cbgrpc.coordinator.errors"); got != 1 {
+		t.Errorf("coordinator errors = %d, want 1 (the panic, not retried)", got)
+	}
 }

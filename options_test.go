@@ -81,3 +81,10 @@ func TestExcludedMethods(t *testing.T) {
 		}
 	}
 }
+
+func TestNewRejectsTypedNilCoordinator(t *testing.T) {
+	var m *memory.Coordinator
+	if _, err := New(m); err == nil || !strings.Contains(err.Error(), "nil *memory.Coordinator") {
+		t.Fatalf("New(typed nil) = %v, want an error naming the nil coordinator", err)
+	}
+}

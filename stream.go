@@ -41,7 +41,7 @@ func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
 		if err != nil {
 			return nil, err
 		}
-		if !t.track {
+		if !t.track && t.unrecorded == "" {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
 		end := &streamEnd{b: b, ctx: ctx, t: t, method: method}

@@ -45,6 +45,7 @@ const (
 	dropCoordinator = "coordinator_error"
 	dropBackoff     = "coordinator_backoff"
 	dropClosed      = "closed"
+	dropUnadmitted  = "not_admitted" // let through by the failure policy: no generation to record under
 )
 
 // Span and event names.

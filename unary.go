@@ -52,7 +52,7 @@ func target(cc *grpc.ClientConn) string {
 // finish classifies the end of an admitted call and hands its outcome to
 // the recorder. It never changes the call's result.
 func (b *Breaker) finish(ctx context.Context, t ticket, method string, err error) {
-	if !t.track {
+	if !t.track && t.unrecorded == "" {
 		return
 	}
 	d := time.Since(t.start)
@@ -65,6 +65,17 @@ func (b *Breaker) finish(ctx context.Context, t ticket, method string, err error
 	if class == Ignore {
 		// An ignored probe is not settled: its lease frees the slot.
 		return
+	}
+	if !t.track {
+		b.tel.drop(t.scope, t.unrecorded, 1)
+		return
+	}
+	if class == Failure && b.cache != nil {
+		// A failure seen here may be the start of a trip: until the
+		// coordinator answers again, this scope's admissions ask it, so
+		// that a failing dependency is not fed from the cache while the
+		// news of the trip travels.
+		b.cache.suspect(t.scope)
 	}
 	it := item{
 		scope:   t.scope,

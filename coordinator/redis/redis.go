@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -71,9 +72,12 @@ func WithClock(clock func() time.Time) Option {
 
 // New returns a coordinator that keeps its state in client, which may be a
 // single-node client, a failover client or a cluster client. It panics if
-// [WithPrefix] was given a prefix with a brace, which would break the hash
-// tag that keeps a scope's keys in one cluster slot.
+// client is nil, or if [WithPrefix] was given a prefix with a brace, which
+// would break the hash tag that keeps a scope's keys in one cluster slot.
 func New(client goredis.UniversalClient, opts ...Option) *Coordinator {
+	if client == nil || reflect.ValueOf(client).IsNil() {
+		panic("redis coordinator: New: client is nil; pass a go-redis client (goredis.NewClient, NewClusterClient or NewUniversalClient)")
+	}
 	c := &Coordinator{client: client, prefix: DefaultPrefix, scripts: plainScripts}
 	if _, ok := client.(*goredis.ClusterClient); ok {
 		c.scripts, c.sharded = shardedScripts, true
