@@ -53,6 +53,10 @@ type admissionCache struct {
 	follow chan string   // scopes to follow on the current feed
 	quit   chan struct{} // closed by stop
 	wg     sync.WaitGroup
+
+	// heardHook, when set (by tests, before the feed starts), sees every
+	// transition once the cache has applied it.
+	heardHook func(coordinator.Transition)
 }
 
 type cacheEntry struct {
@@ -307,6 +311,9 @@ func (c *admissionCache) heard(epoch uint64, t coordinator.Transition) {
 	// The process's memory of non-closed scopes, for when the coordinator
 	// is unreachable, hears of it too.
 	c.b.rememberResult(t.Scope, coordinator.Result{State: t.To, Generation: t.Generation, Transition: &t})
+	if c.heardHook != nil {
+		c.heardHook(t)
+	}
 }
 
 // stop ends the feed and waits for its goroutines until deadline.

@@ -78,115 +78,142 @@ type Row struct {
 	Errors        int64   `json:"errors"`
 }
 
-// Measure runs one configuration against addr. rdb, when non-nil, is the
-// Redis server whose command counts are attributed to the configuration.
-func Measure(ctx context.Context, addr string, c Config, o Options, rdb *goredis.Client) (Row, error) {
-	row := Row{Name: c.Name, Concurrent: o.Concurrent}
-	if c.Close != nil {
-		defer c.Close()
-	}
-	opts, err := c.Dial()
-	if err != nil {
-		return row, fmt.Errorf("%s: %w", c.Name, err)
-	}
-	opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	conn, err := grpc.NewClient(addr, opts...)
-	if err != nil {
-		return row, fmt.Errorf("%s: %w", c.Name, err)
-	}
-	defer conn.Close()
-	client := testgrpc.NewTestServiceClient(conn)
-	req := &testgrpc.Empty{}
-	var errs atomic.Int64
-	call := func() {
-		if _, err := client.EmptyCall(ctx, req); err != nil {
-			errs.Add(1)
-		}
-	}
+// Rounds is how many interleaved rounds the latency measurement takes:
+// each round runs Calls/Rounds sequential calls of every configuration in
+// turn, so that a machine that slows down or speeds up during the run
+// weighs on every configuration alike.
+const Rounds = 10
 
-	// Warm up the connection, the scripts and the caches.
-	for range 200 {
-		call()
-	}
+// run is one configuration, dialled, during a comparison.
+type run struct {
+	c      Config
+	conn   *grpc.ClientConn
+	client testgrpc.TestServiceClient
+	errs   atomic.Int64
+	lat    []time.Duration
+	allocs uint64
+	sent   int64 // commands the client sent during the latency rounds
+	server int64 // commands Redis ran during this configuration's rounds
+	took   time.Duration
+}
 
-	commands := func() int64 {
+func (r *run) call(ctx context.Context) {
+	if _, err := r.client.EmptyCall(ctx, &testgrpc.Empty{}); err != nil {
+		r.errs.Add(1)
+	}
+}
+
+func (r *run) sentCommands() int64 {
+	if r.c.Commands == nil {
+		return 0
+	}
+	return r.c.Commands.n.Load()
+}
+
+// Compare measures every configuration against addr and fills in the
+// ratios to the first one, which should be the call without a breaker.
+// rdb, when non-nil, is the Redis server whose command counts are
+// attributed to the configuration being measured.
+func Compare(ctx context.Context, addr string, configs []Config, o Options, rdb *goredis.Client) ([]Row, error) {
+	serverCommands := func() int64 {
 		if rdb == nil {
 			return 0
 		}
 		n, _ := Commands(ctx, rdb)
 		return n
 	}
-	sent := func() int64 {
-		if c.Commands == nil {
-			return 0
-		}
-		return c.Commands.n.Load()
-	}
-
-	lat := make([]time.Duration, o.Calls)
-	var ms0, ms1 runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&ms0)
-	cmd0, sent0 := commands(), sent()
-	start := time.Now()
-	for i := range lat {
-		t := time.Now()
-		call()
-		lat[i] = time.Since(t)
-	}
-	elapsed := time.Since(start)
-	runtime.ReadMemStats(&ms1)
-	cmd1, sent1 := commands(), sent()
-	slices.Sort(lat)
-	row.P50Micros = micros(lat[len(lat)/2])
-	row.P99Micros = micros(lat[len(lat)*99/100])
-	row.RPS1 = float64(o.Calls) / elapsed.Seconds()
-	row.AllocsPerCall = float64(ms1.Mallocs-ms0.Mallocs) / float64(o.Calls)
-	row.RedisPerRPC1 = float64(cmd1-cmd0) / float64(o.Calls)
-	row.SentPerRPC1 = float64(sent1-sent0) / float64(o.Calls)
-
-	var calls atomic.Int64
-	cmd0, sent0 = commands(), sent()
-	stop := time.Now().Add(o.Duration)
-	var wg sync.WaitGroup
-	start = time.Now()
-	for range o.Concurrent {
-		wg.Go(func() {
-			for time.Now().Before(stop) {
-				call()
-				calls.Add(1)
+	runs := make([]*run, 0, len(configs))
+	defer func() {
+		for _, r := range runs {
+			r.conn.Close()
+			if r.c.Close != nil {
+				r.c.Close()
 			}
-		})
-	}
-	wg.Wait()
-	elapsed = time.Since(start)
-	cmd1, sent1 = commands(), sent()
-	row.RPSConcurrent = float64(calls.Load()) / elapsed.Seconds()
-	row.RedisPerRPC = float64(cmd1-cmd0) / float64(calls.Load())
-	row.SentPerRPC = float64(sent1-sent0) / float64(calls.Load())
-	row.Errors = errs.Load()
-	return row, nil
-}
-
-func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-
-// Compare measures every configuration in turn and fills in the ratios to
-// the first one, which should be the call without a breaker.
-func Compare(ctx context.Context, addr string, configs []Config, o Options, rdb *goredis.Client) ([]Row, error) {
-	rows := make([]Row, 0, len(configs))
+		}
+	}()
 	for _, c := range configs {
-		r, err := Measure(ctx, addr, c, o, rdb)
+		opts, err := c.Dial()
 		if err != nil {
-			return rows, err
+			if c.Close != nil {
+				c.Close()
+			}
+			return nil, fmt.Errorf("%s: %w", c.Name, err)
 		}
-		rows = append(rows, r)
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(addr, opts...)
+		if err != nil {
+			if c.Close != nil {
+				c.Close()
+			}
+			return nil, fmt.Errorf("%s: %w", c.Name, err)
+		}
+		r := &run{c: c, conn: conn, client: testgrpc.NewTestServiceClient(conn)}
+		runs = append(runs, r)
+		// Warm up the connection, the scripts and the caches.
+		for range 200 {
+			r.call(ctx)
+		}
 	}
-	if len(rows) > 0 {
-		base := rows[0]
-		for i := range rows {
-			rows[i].P50Ratio = rows[i].P50Micros / base.P50Micros
-			rows[i].AddedAllocs = rows[i].AllocsPerCall - base.AllocsPerCall
+
+	per := max(1, o.Calls/Rounds)
+	for range Rounds {
+		for _, r := range runs {
+			var ms0, ms1 runtime.MemStats
+			runtime.ReadMemStats(&ms0)
+			sent0, server0 := r.sentCommands(), serverCommands()
+			start := time.Now()
+			for range per {
+				t := time.Now()
+				r.call(ctx)
+				r.lat = append(r.lat, time.Since(t))
+			}
+			r.took += time.Since(start)
+			runtime.ReadMemStats(&ms1)
+			r.allocs += ms1.Mallocs - ms0.Mallocs
+			r.sent += r.sentCommands() - sent0
+			r.server += serverCommands() - server0
 		}
+	}
+
+	rows := make([]Row, 0, len(runs))
+	for _, r := range runs {
+		row := Row{Name: r.c.Name, Concurrent: o.Concurrent}
+		n := len(r.lat)
+		slices.Sort(r.lat)
+		row.P50Micros = micros(r.lat[n/2])
+		row.P99Micros = micros(r.lat[n*99/100])
+		row.RPS1 = float64(n) / r.took.Seconds()
+		row.AllocsPerCall = float64(r.allocs) / float64(n)
+		row.SentPerRPC1 = float64(r.sent) / float64(n)
+		row.RedisPerRPC1 = float64(r.server) / float64(n)
+
+		var calls atomic.Int64
+		sent0, server0 := r.sentCommands(), serverCommands()
+		stop := time.Now().Add(o.Duration)
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range o.Concurrent {
+			wg.Go(func() {
+				for time.Now().Before(stop) {
+					r.call(ctx)
+					calls.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		row.RPSConcurrent = float64(calls.Load()) / elapsed.Seconds()
+		row.SentPerRPC = float64(r.sentCommands()-sent0) / float64(calls.Load())
+		row.RedisPerRPC = float64(serverCommands()-server0) / float64(calls.Load())
+		row.Errors = r.errs.Load()
+		rows = append(rows, row)
+	}
+	base := rows[0]
+	for i := range rows {
+		rows[i].P50Ratio = rows[i].P50Micros / base.P50Micros
+		rows[i].AddedAllocs = rows[i].AllocsPerCall - base.AllocsPerCall
 	}
 	return rows, nil
 }
+
+func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
