@@ -212,8 +212,17 @@ func (b *Breaker) admit(ctx context.Context, scope string) (ticket, error) {
 	b.remember(scope, d.State, d.RetryAfter)
 	if b.cache != nil {
 		var until time.Time
-		if d.Verdict == coordinator.Reject && d.State == coordinator.StateOpen {
+		switch {
+		case d.Verdict != coordinator.Reject:
+		case d.State == coordinator.StateOpen:
 			until = time.Now().Add(d.RetryAfter)
+		case d.State == coordinator.StateIsolated:
+			// RetryAfter is the isolation's time left, or 0 when it has
+			// no end: then ask again after the cache's max age.
+			until = time.Now().Add(b.cfg.cacheMaxAge)
+			if d.RetryAfter > 0 {
+				until = time.Now().Add(min(d.RetryAfter, b.cfg.cacheMaxAge))
+			}
 		}
 		b.cache.observe(epoch, scope, d.State, d.Generation, until)
 	}
@@ -236,7 +245,7 @@ func (b *Breaker) admitCached(ctx context.Context, scope string) (t ticket, answ
 	if !ok {
 		return ticket{}, false, nil
 	}
-	if e.state == coordinator.StateClosed {
+	if admitsAll(e.state) {
 		b.tel.decision(ctx, scope, coordinator.Allow, byCache)
 		return ticket{scope: scope, verdict: coordinator.Allow, gen: e.gen, track: true, start: now}, true, nil
 	}

@@ -60,10 +60,10 @@ type admissionCache struct {
 }
 
 type cacheEntry struct {
-	state   coordinator.State // closed or open; half-open is never cached
+	state   coordinator.State // half-open is kept only to order answers, never answered from
 	gen     uint64
-	until   time.Time // open: when the open period ends at the earliest
-	checked time.Time // closed: when the coordinator last said so
+	until   time.Time // open, isolated: until when to reject without asking
+	checked time.Time // closed, disabled: when the coordinator last said so
 	epoch   uint64
 }
 
@@ -97,9 +97,9 @@ func (c *admissionCache) lookup(scope string, now time.Time) (cacheEntry, bool) 
 		return cacheEntry{}, false
 	}
 	switch e.state {
-	case coordinator.StateClosed:
+	case coordinator.StateClosed, coordinator.StateDisabled:
 		return e, now.Sub(e.checked) < c.maxAge
-	case coordinator.StateOpen:
+	case coordinator.StateOpen, coordinator.StateIsolated:
 		return e, now.Before(e.until)
 	}
 	return cacheEntry{}, false
@@ -141,9 +141,9 @@ func (c *admissionCache) observe(epoch uint64, scope string, s coordinator.State
 		return
 	}
 	switch s {
-	case coordinator.StateClosed:
+	case coordinator.StateClosed, coordinator.StateDisabled:
 		c.put(epoch, scope, cacheEntry{state: s, gen: gen, checked: time.Now()})
-	case coordinator.StateOpen:
+	case coordinator.StateOpen, coordinator.StateIsolated:
 		if !until.IsZero() {
 			c.put(epoch, scope, cacheEntry{state: s, gen: gen, until: until})
 		}
@@ -298,8 +298,13 @@ func (c *admissionCache) lose(epoch uint64) {
 func (c *admissionCache) heard(epoch uint64, t coordinator.Transition) {
 	now := time.Now()
 	switch t.To {
-	case coordinator.StateClosed:
+	case coordinator.StateClosed, coordinator.StateDisabled:
 		c.put(epoch, t.Scope, cacheEntry{state: t.To, gen: t.Generation, checked: now})
+	case coordinator.StateIsolated:
+		// An operator's isolation ends by release (which the feed tells)
+		// or at a time the transition does not carry: ask again after
+		// maxAge.
+		c.put(epoch, t.Scope, cacheEntry{state: t.To, gen: t.Generation, until: now.Add(c.maxAge)})
 	case coordinator.StateOpen:
 		// The open period is at least OpenFor; the coordinator tells the
 		// exact end to the first admission after that. Local time, not

@@ -281,3 +281,47 @@ func TestCacheNotUsedWhileCoordinatorFails(t *testing.T) {
 		t.Errorf("admission while the coordinator fails, fail-closed: %v, want ErrOpen", err)
 	}
 }
+
+// An operator's states are cached too: an isolated scope is rejected and a
+// disabled one admitted without a round trip per call, and a release heard
+// on the feed is obeyed at once.
+func TestCacheFollowsOperatorStates(t *testing.T) {
+	m := memory.New()
+	fc := newFeedCoordinator(t, m)
+	b := newBreaker(t, fc, WithPolicy(tripPolicy()))
+	ctx := context.Background()
+	p := tripPolicy()
+	const scope = "cache/operator"
+	admitN(t, b, scope, 1)
+	eventually(t, "the feed follows the scope", func() bool { return followed(b, scope) })
+
+	if _, err := m.Isolate(ctx, scope, p, coordinator.Note{By: "test", Reason: "isolate"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the isolation reaches the cache", func() bool {
+		e, ok := cached(b, scope)
+		return ok && e.state == coordinator.StateIsolated
+	})
+	asked := fc.admits.Load()
+	for range 10 {
+		if _, err := b.admit(ctx, scope); !errors.Is(err, ErrOpen) {
+			t.Fatalf("admission of an isolated scope: %v, want ErrOpen", err)
+		}
+	}
+	if got := fc.admits.Load() - asked; got != 0 {
+		t.Errorf("10 admissions of an isolated scope asked the coordinator %d times, want 0", got)
+	}
+
+	if _, err := m.Disable(ctx, scope, p, coordinator.Note{By: "test", Reason: "disable"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the disabling reaches the cache", func() bool {
+		e, ok := cached(b, scope)
+		return ok && e.state == coordinator.StateDisabled
+	})
+	asked = fc.admits.Load()
+	admitN(t, b, scope, 10)
+	if got := fc.admits.Load() - asked; got != 0 {
+		t.Errorf("10 admissions of a disabled scope asked the coordinator %d times, want 0", got)
+	}
+}
