@@ -319,20 +319,9 @@ func testManualStatesNeverExpire(t *testing.T, f Factory) {
 func testManualStatesAreTransitions(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	h.controller()
-	w, isWatcher := h.c.(coordinator.Watcher)
-	if !isWatcher {
-		t.Skipf("%T does not implement coordinator.Watcher", h.c)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	watch, err := w.Watch(ctx)
-	if err != nil {
-		t.Fatalf("Watch: %v", err)
-	}
-	defer watch.Close()
-	if err := watch.Follow(ctx, h.scope); err != nil {
-		t.Fatalf("Follow: %v", err)
-	}
+	watch := h.watch(ctx)
 	var want []coordinator.Transition
 	add := func(tr *coordinator.Transition) {
 		t.Helper()
@@ -355,24 +344,7 @@ func testManualStatesAreTransitions(t *testing.T, f Factory) {
 	h.advance(time.Second)
 	add(h.admit("a").Transition)
 
-	for i, w := range want {
-		got, err := watch.Next(ctx)
-		if err != nil {
-			t.Fatalf("Next, transition %d: %v", i, err)
-		}
-		if !got.At.Equal(w.At) {
-			t.Errorf("transition %d: At = %v, want %v", i, got.At, w.At)
-		}
-		got.At = w.At
-		if got != w {
-			t.Errorf("transition %d: got %+v, want %+v", i, got, w)
-		}
-	}
-	quiet, cancelQuiet := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancelQuiet()
-	if got, err := watch.Next(quiet); err == nil {
-		t.Errorf("Next after the last transition: %+v, want nothing more", got)
-	}
+	wantTransitions(t, ctx, watch, want)
 }
 
 func testInvalidNoteIsAnError(t *testing.T, f Factory) {

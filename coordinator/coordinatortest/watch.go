@@ -14,20 +14,9 @@ import (
 // other scopes does.
 func testWatchDeliversTransitionsOfFollowedScopes(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
-	w, isWatcher := h.c.(coordinator.Watcher)
-	if !isWatcher {
-		t.Skipf("%T does not implement coordinator.Watcher", h.c)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	watch, err := w.Watch(ctx)
-	if err != nil {
-		t.Fatalf("Watch: %v", err)
-	}
-	defer watch.Close()
-	if err := watch.Follow(ctx, h.scope); err != nil {
-		t.Fatalf("Follow: %v", err)
-	}
+	watch := h.watch(ctx)
 
 	other := h.on(h.scope + "/other")
 	other.trip()
@@ -54,6 +43,38 @@ func testWatchDeliversTransitionsOfFollowedScopes(t *testing.T, f Factory) {
 	}
 	want = append(want, *res.Transition)
 
+	wantTransitions(t, ctx, watch, want)
+	if err := watch.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if _, err := watch.Next(ctx); err == nil {
+		t.Error("Next after Close returned no error")
+	}
+}
+
+// watch follows the harness's scope on the coordinator's feed, skipping
+// the test when the coordinator has none.
+func (h *harness) watch(ctx context.Context) coordinator.Watch {
+	h.t.Helper()
+	w, isWatcher := h.c.(coordinator.Watcher)
+	if !isWatcher {
+		h.t.Skipf("%T does not implement coordinator.Watcher", h.c)
+	}
+	watch, err := w.Watch(ctx)
+	if err != nil {
+		h.t.Fatalf("Watch: %v", err)
+	}
+	h.t.Cleanup(func() { watch.Close() })
+	if err := watch.Follow(ctx, h.scope); err != nil {
+		h.t.Fatalf("Follow: %v", err)
+	}
+	return watch
+}
+
+// wantTransitions reads the feed and checks that exactly want arrives, in
+// order, and then nothing more for a moment.
+func wantTransitions(t *testing.T, ctx context.Context, watch coordinator.Watch, want []coordinator.Transition) {
+	t.Helper()
 	for i, w := range want {
 		got, err := watch.Next(ctx)
 		if err != nil {
@@ -67,16 +88,9 @@ func testWatchDeliversTransitionsOfFollowedScopes(t *testing.T, f Factory) {
 			t.Errorf("transition %d: got %+v, want %+v", i, got, w)
 		}
 	}
-
-	quiet, cancelQuiet := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancelQuiet()
+	quiet, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
 	if got, err := watch.Next(quiet); err == nil {
 		t.Errorf("Next after the last transition: %+v, want nothing more", got)
-	}
-	if err := watch.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
-	if _, err := watch.Next(ctx); err == nil {
-		t.Error("Next after Close returned no error")
 	}
 }
