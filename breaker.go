@@ -205,7 +205,7 @@ func (b *Breaker) admit(ctx context.Context, scope string) (ticket, error) {
 			b.trying.Store(false)
 			return ticket{}, status.FromContextError(ctx.Err()).Err()
 		}
-		b.failed()
+		b.failedOn(err)
 		return b.decideWithout(ctx, scope, err)
 	}
 	b.recovered()
@@ -385,6 +385,17 @@ func (b *Breaker) failed() {
 	b.trying.Store(false)
 }
 
+// failedOn starts the back-off after a coordinator error, unless the error
+// concerns one scope's data only: the coordinator works for the others, so
+// that scope alone is undecidable.
+func (b *Breaker) failedOn(err error) {
+	if errors.Is(err, coordinator.ErrCorruptState) {
+		b.trying.Store(false)
+		return
+	}
+	b.failed()
+}
+
 func (b *Breaker) recovered() {
 	if b.downUntil.Load() != 0 {
 		b.downUntil.Store(0)
@@ -443,6 +454,7 @@ func retryable(ctx context.Context, err error) bool {
 	return ctx.Err() == nil &&
 		!errors.Is(err, coordinator.ErrInvalidPolicy) &&
 		!errors.Is(err, errCoordinatorPanic) &&
+		!errors.Is(err, coordinator.ErrCorruptState) &&
 		!errors.Is(err, context.DeadlineExceeded) &&
 		!errors.Is(err, context.Canceled)
 }
@@ -453,6 +465,8 @@ func errorKind(err error) string {
 		return "timeout"
 	case errors.Is(err, coordinator.ErrInvalidPolicy):
 		return "invalid_policy"
+	case errors.Is(err, coordinator.ErrCorruptState):
+		return "corrupt_state"
 	case errors.Is(err, context.Canceled):
 		return "canceled"
 	}

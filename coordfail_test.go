@@ -3,6 +3,7 @@ package cbgrpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -340,5 +341,47 @@ func TestPanickingCoordinatorIsACoordinatorFailure(t *testing.T) {
 	}
 	if got := mt.sum(t, "cbgrpc.coordinator.errors"); got != 1 {
 		t.Errorf("coordinator errors = %d, want 1 (the panic, not retried)", got)
+	}
+}
+
+// corruptCoordinator reports one scope's state as unusable.
+type corruptCoordinator struct {
+	*testCoordinator
+	bad string
+}
+
+func (c corruptCoordinator) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
+	if scope == c.bad {
+		c.admits.Add(1)
+		return coordinator.Decision{}, fmt.Errorf("test: %w: WRONGTYPE", coordinator.ErrCorruptState)
+	}
+	return c.testCoordinator.Admit(ctx, scope, p, claim)
+}
+
+// One scope with broken data is decided by the failure policy, alone: the
+// coordinator still answers for every other scope, so there is no back-off.
+func TestCorruptScopeDoesNotBackOffOtherScopes(t *testing.T) {
+	_, tc := memoryWith(t, newClock())
+	cc := corruptCoordinator{testCoordinator: tc, bad: "broken"}
+	b := newBreaker(t, cc, WithCoordinatorFailure(FailClosed), WithCoordinatorBackoff(time.Hour))
+	ctx := context.Background()
+	if _, err := b.admit(ctx, "broken"); !errors.Is(err, ErrOpen) {
+		t.Fatalf("admission of the broken scope, fail-closed: %v, want ErrOpen", err)
+	}
+	if b.inBackoff() {
+		t.Fatal("one scope's broken data put the whole Breaker in back-off")
+	}
+	asked := tc.admits.Load()
+	if _, err := b.admit(ctx, "healthy"); err != nil {
+		t.Fatalf("admission of a healthy scope: %v", err)
+	}
+	if tc.admits.Load() != asked+1 {
+		t.Error("the healthy scope was not decided by the coordinator")
+	}
+	if _, err := b.admit(ctx, "broken"); !errors.Is(err, ErrOpen) {
+		t.Errorf("the broken scope again: %v, want ErrOpen", err)
+	}
+	if got := tc.admits.Load() - asked; got != 2 {
+		t.Errorf("coordinator asked %d times for two admissions, want 2 (no retry of a corrupt scope)", got)
 	}
 }

@@ -194,7 +194,7 @@ func (r *recorder) record(scope string, outcomes []coordinator.Outcome, links []
 		return err
 	})
 	if err != nil {
-		b.failed()
+		b.failedOn(err)
 		b.tel.drop(scope, dropCoordinator, len(outcomes))
 		return
 	}
@@ -225,7 +225,7 @@ func (r *recorder) settle(it item) {
 			return err
 		})
 		if err != nil {
-			b.failed()
+			b.failedOn(err)
 			b.tel.drop(it.scope, dropCoordinator, 1)
 			return
 		}

@@ -2,8 +2,16 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// ErrCorruptState is wrapped by a coordinator's error when one scope's
+// stored state cannot be used (a key of the wrong type, data a script
+// cannot read), as opposed to the coordinator being unreachable: the
+// caller should treat that scope as undecidable without concluding that
+// every other scope is too.
+var ErrCorruptState = errors.New("the scope's stored state is unusable")
 
 // Coordinator runs the breaker's operations on shared state. Each method is
 // one atomic operation that reads the coordinator's clock once and reports

@@ -116,9 +116,25 @@ func (c *Coordinator) call(ctx context.Context, s *goredis.Script, op, scope str
 	k := scopeKeys(c.prefix, scope)
 	reply, err := s.Run(ctx, c.client, k[:], argv...).Slice()
 	if err != nil {
+		if corrupt(err) {
+			err = fmt.Errorf("%w: %w", coordinator.ErrCorruptState, err)
+		}
 		return nil, opError(op, scope, err)
 	}
 	return reply, nil
+}
+
+// corrupt reports whether err is Redis refusing this scope's data (a key
+// of the wrong type, or a script failing on what it read) rather than
+// Redis or the network failing: LOADING, BUSY, READONLY, OOM, NOPERM and
+// connection errors concern every scope.
+func corrupt(err error) bool {
+	var reply goredis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	msg := reply.Error()
+	return strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, "ERR user_script")
 }
 
 // opError names the operation and the scope.

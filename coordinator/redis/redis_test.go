@@ -183,6 +183,9 @@ func TestWrongTypeIsAnError(t *testing.T) {
 		if msg := err.Error(); !strings.Contains(msg, op+` "s"`) || !strings.Contains(msg, "WRONGTYPE") {
 			t.Errorf("%s: error %q names neither the operation and scope nor the cause", op, msg)
 		}
+		if !errors.Is(err, coordinator.ErrCorruptState) {
+			t.Errorf("%s: error %q does not wrap ErrCorruptState", op, err)
+		}
 	}
 }
 
