@@ -26,7 +26,10 @@
 //   - Admission: the coordinator answers Allow (closed), Probe (one of the
 //     half-open probe slots) or Reject. A rejected call returns an error
 //     matching [ErrOpen], with gRPC status Unavailable, without reaching the
-//     network. Admission waits at most [WithCoordinatorTimeout].
+//     network. Admission waits at most [WithCoordinatorTimeout]. Over a
+//     coordinator with a transition feed (both of this module's), a scope
+//     known closed is admitted, and one known open rejected, without a
+//     round trip: see [WithAdmissionCache].
 //   - Classification: when the call ends, a [Classifier] says whether it was
 //     a [Success], a [Failure] or says nothing ([Ignore]); see
 //     [DefaultClassifier] and [FailOn].

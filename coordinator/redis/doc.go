@@ -18,6 +18,7 @@
 //	<prefix>{<sha256 of the scope, hex>}:w   window: counters per time bucket
 //	<prefix>{<sha256 of the scope, hex>}:p   probe leases: claim -> deadline
 //	<prefix>{<sha256 of the scope, hex>}:b   the scope's recent batch IDs
+//	<prefix>{<sha256 of the scope, hex>}:t   the scope's transition channel (pub/sub, not a key)
 //
 // under the prefix "cbgrpc:" unless [WithPrefix] says otherwise. The shared
 // hash tag puts them in one Redis Cluster slot, whatever bytes the scope
@@ -31,6 +32,11 @@
 // generation that no surviving bucket or outcome in flight carries. A
 // [Coordinator.Snapshot] taken before that write reports the scope as
 // generation 0 with no counts.
+//
+// Every script that moves a breaker publishes the transition on the scope's
+// channel in the same step (SPUBLISH on a Redis Cluster, so the message
+// stays on the shard that owns the scope; PUBLISH on a single server).
+// [Coordinator.Watch] follows scopes on that feed ([coordinator.Watcher]).
 //
 // An operator's commands ([Coordinator.Isolate], Release, Disable and
 // Enable, of [coordinator.Controller]) run one script, control.lua, and
