@@ -75,7 +75,27 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 	if w, ok := c.(coordinator.Watcher); ok && cfg.cacheMaxAge > 0 {
 		b.cache = newAdmissionCache(b, w, cfg.cacheMaxAge)
 	}
+	b.warmUp()
 	return b, nil
+}
+
+// warmUpTimeout bounds the warm-up call.
+const warmUpTimeout = 5 * time.Second
+
+// warmUp makes one read-only coordinator call in the background, so that
+// the first admission does not pay for what a first call costs (a Redis
+// client dials its connection): under load that can exceed the
+// coordinator timeout and send a process that just started into back-off,
+// its calls unprotected. Its outcome is of no interest.
+func (b *Breaker) warmUp() {
+	b.admits.Add(1)
+	go func() {
+		defer b.admits.Done()
+		defer func() { recover() }() // a panicking coordinator is reported by the first real call
+		ctx, cancel := context.WithTimeout(context.Background(), warmUpTimeout)
+		defer cancel()
+		b.c.Snapshot(ctx, "", b.cfg.policy)
+	}()
 }
 
 func mustNew(fn string, c coordinator.Coordinator, opts []Option) *Breaker {

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -383,5 +384,28 @@ func TestCorruptScopeDoesNotBackOffOtherScopes(t *testing.T) {
 	}
 	if got := tc.admits.Load() - asked; got != 2 {
 		t.Errorf("coordinator asked %d times for two admissions, want 2 (no retry of a corrupt scope)", got)
+	}
+}
+
+// snapshotCounter counts Snapshot calls.
+type snapshotCounter struct {
+	*testCoordinator
+	snapshots atomic.Int64
+}
+
+func (c *snapshotCounter) Snapshot(ctx context.Context, scope string, p coordinator.Policy) (coordinator.Snapshot, error) {
+	c.snapshots.Add(1)
+	return c.testCoordinator.Snapshot(ctx, scope, p)
+}
+
+// New warms the coordinator up with one read-only call, so that the first
+// admission does not pay for the first connection.
+func TestNewWarmsUpTheCoordinator(t *testing.T) {
+	_, tc := memoryWith(t, newClock())
+	sc := &snapshotCounter{testCoordinator: tc}
+	newBreaker(t, sc)
+	eventually(t, "the warm-up call", func() bool { return sc.snapshots.Load() == 1 })
+	if n := tc.admits.Load() + tc.records.Load() + tc.settles.Load(); n != 0 {
+		t.Errorf("the warm-up changed state: %d admits, records or settles", n)
 	}
 }
