@@ -285,29 +285,28 @@ func percent(pm int) string {
 	return fmt.Sprintf("%d.%d%%", pm/10, pm%10)
 }
 
-// open moves the breaker to open for period ms, in a new generation that
-// no earlier outcome or probe carries.
-func (b *breaker) open(period, now int64) {
-	b.state = coordinator.StateOpen
+// restart moves the breaker to state in a new generation that no earlier
+// outcome or probe carries: an empty window, no probe leases, no open
+// period. Every transition but open -> half-open and an operator's enable
+// goes through it.
+func (b *breaker) restart(state coordinator.State) {
+	b.state = state
 	b.gen++
+	b.openFor, b.openUntil = 0, 0
+	b.consec, b.successes = 0, 0
+	b.window, b.leases = nil, nil
+}
+
+// open moves the breaker to open for period ms.
+func (b *breaker) open(period, now int64) {
+	b.restart(coordinator.StateOpen)
 	b.openedAt = now
 	b.openFor = period
 	b.openUntil = now + period
-	b.consec = 0
-	b.successes = 0
-	b.window = nil
-	b.leases = nil
 }
 
 func (b *breaker) close(r *rules, now int64) {
-	b.state = coordinator.StateClosed
-	b.gen++
-	b.openFor = 0
-	b.openUntil = 0
-	b.consec = 0
-	b.successes = 0
-	b.window = nil
-	b.leases = nil
+	b.restart(coordinator.StateClosed)
 	b.note, b.forcedAt = coordinator.Note{}, 0
 	// Keep the new generation for a window, so that calls admitted under
 	// it can still be recorded.

@@ -59,14 +59,8 @@ func (b *breaker) control(r *rules, now int64, op string, n coordinator.Note) *c
 	switch op {
 	case "isolate":
 		if from != coordinator.StateIsolated {
-			b.state = coordinator.StateIsolated
-			b.gen++
+			b.restart(coordinator.StateIsolated)
 			b.openedAt = now
-			b.openFor = 0
-			b.consec = 0
-			b.successes = 0
-			b.window = nil
-			b.leases = nil
 		}
 		b.openUntil = 0
 		if n.For > 0 {
@@ -79,14 +73,7 @@ func (b *breaker) control(r *rules, now int64, op string, n coordinator.Note) *c
 		}
 	case "disable":
 		if from != coordinator.StateDisabled {
-			b.state = coordinator.StateDisabled
-			b.gen++
-			b.openFor = 0
-			b.openUntil = 0
-			b.consec = 0
-			b.successes = 0
-			b.window = nil
-			b.leases = nil
+			b.restart(coordinator.StateDisabled)
 		}
 		b.note, b.forcedAt = n, now
 	case "enable":

@@ -23,21 +23,17 @@ end
 local cmd = ARGV[7]
 local from = s.st
 if cmd == 'isolate' then
-  local fresh = from ~= ISOLATED
-  if fresh then
-    s.st = ISOLATED
-    s.g = s.g + 1
-    s.oa = NOW
-    s.of = 0
-    s.cf = 0
-    s.ps = 0
-  end
-  s.ou = 0
+  local till = 0
   if tonumber(ARGV[10]) > 0 then
-    s.ou = NOW + tonumber(ARGV[10])
+    till = NOW + tonumber(ARGV[10])
   end
-  save(s, fresh)
-  redis.call('DEL', KP)
+  if from ~= ISOLATED then
+    restart(s, ISOLATED, {oa = NOW, ou = till})
+  else
+    -- Isolating again replaces the end and the note only.
+    s.ou = till
+    save(s, false)
+  end
   note()
 elseif cmd == 'release' then
   if from ~= CLOSED then
@@ -45,14 +41,7 @@ elseif cmd == 'release' then
   end
 elseif cmd == 'disable' then
   if from ~= DISABLED then
-    s.st = DISABLED
-    s.g = s.g + 1
-    s.of = 0
-    s.ou = 0
-    s.cf = 0
-    s.ps = 0
-    save(s, true)
-    redis.call('DEL', KP)
+    restart(s, DISABLED)
   end
   note()
 elseif cmd == 'enable' then

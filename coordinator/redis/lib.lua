@@ -191,34 +191,33 @@ local function gen_now(s)
   return s.g
 end
 
+-- restart moves the breaker to state st in a new generation: an empty
+-- window, no probe leases, no open period; fields then set what the new
+-- state needs. Every transition but open -> half-open and an operator's
+-- enable goes through it.
+local function restart(s, st, fields)
+  s.st = st
+  s.g = s.g + 1
+  s.of, s.ou, s.cf, s.ps = 0, 0, 0, 0
+  for k, v in pairs(fields or {}) do
+    s[k] = v
+  end
+  save(s, true)
+  redis.call('DEL', KP)
+end
+
 -- open starts an open period in a new generation; the old window and every
 -- probe lease belong to the old one.
 local function open(s, period)
-  s.st = OPEN
-  s.g = s.g + 1
-  s.oa = NOW
-  s.of = period
-  s.ou = NOW + period
-  s.cf = 0
-  s.ps = 0
-  save(s, true)
-  redis.call('DEL', KP)
+  restart(s, OPEN, {oa = NOW, of = period, ou = NOW + period})
 end
 
 -- close starts a closed generation with an empty window: after enough
 -- probe successes, or when an operator's isolation or disabling ends.
 local function close(s)
-  s.st = CLOSED
-  s.g = s.g + 1
-  s.of = 0
-  s.ou = 0
-  s.cf = 0
-  s.ps = 0
   -- Keep the new generation for a window, so that calls admitted under it
   -- can still be recorded.
-  s.exp = (IDX + NB) * WIDTH
-  save(s, true)
-  redis.call('DEL', KP)
+  restart(s, CLOSED, {exp = (IDX + NB) * WIDTH})
   redis.call('HDEL', KS, 'nb', 'nr', 'nf', 'na')
 end
 
