@@ -229,23 +229,11 @@ func (b *Breaker) admit(ctx context.Context, scope string) (ticket, error) {
 		return b.decideWithout(ctx, scope, err)
 	}
 	b.recovered()
-	b.remember(scope, d.State, d.RetryAfter)
-	if b.cache != nil {
-		var until time.Time
-		switch {
-		case d.Verdict != coordinator.Reject:
-		case d.State == coordinator.StateOpen:
-			until = time.Now().Add(d.RetryAfter)
-		case d.State == coordinator.StateIsolated:
-			// RetryAfter is the isolation's time left, or 0 when it has
-			// no end: then ask again after the cache's max age.
-			until = time.Now().Add(b.cfg.cacheMaxAge)
-			if d.RetryAfter > 0 {
-				until = time.Now().Add(min(d.RetryAfter, b.cfg.cacheMaxAge))
-			}
-		}
-		b.cache.observe(epoch, scope, d.State, d.Generation, until)
+	var until time.Time
+	if d.Verdict == coordinator.Reject && d.RetryAfter > 0 {
+		until = time.Now().Add(d.RetryAfter)
 	}
+	b.learn(epoch, scope, d.State, d.Generation, until)
 	if d.Transition != nil {
 		b.tel.transition(ctx, d.Transition, nil)
 	}
@@ -285,18 +273,35 @@ func (b *Breaker) learning(scope string) uint64 {
 	return b.cache.begin(scope)
 }
 
-// learned keeps what a Record or Settle said about scope, asked in epoch.
-// Their results carry no open period: a trip they made is open for at
-// least OpenFor; an older one is left to the feed and to admissions.
-func (b *Breaker) learned(epoch uint64, scope string, res coordinator.Result) {
-	b.rememberResult(scope, res)
-	if b.cache != nil {
-		var until time.Time
-		if t := res.Transition; t != nil && t.To == coordinator.StateOpen {
-			until = time.Now().Add(b.cfg.policy.OpenFor)
+// learn keeps what the coordinator said about scope, in answer to a
+// question asked in epoch (see learning), both in the memory of non-closed
+// scopes (for when the coordinator is unreachable) and in the admission
+// cache. until is when the scope may admit again as far as the answer
+// tells; zero when it does not say, and then what was known stands.
+func (b *Breaker) learn(epoch uint64, scope string, s coordinator.State, gen uint64, until time.Time) {
+	if admitsAll(s) {
+		b.known.Delete(scope)
+	} else {
+		ks := knownState{state: s, retryAt: until}
+		if old, ok := b.known.Load(scope); ok && until.IsZero() {
+			ks.retryAt = old.(knownState).retryAt
 		}
-		b.cache.observe(epoch, scope, res.State, res.Generation, until)
+		b.known.Store(scope, ks)
 	}
+	if b.cache != nil {
+		b.cache.observe(epoch, scope, s, gen, until)
+	}
+}
+
+// learnResult keeps what a Record, a Settle, an operator's command or the
+// feed said about scope. A result carries no open period: a trip it tells
+// of is open for at least OpenFor.
+func (b *Breaker) learnResult(epoch uint64, scope string, res coordinator.Result) {
+	var until time.Time
+	if t := res.Transition; t != nil && t.To == coordinator.StateOpen {
+		until = time.Now().Add(b.cfg.policy.OpenFor)
+	}
+	b.learn(epoch, scope, res.State, res.Generation, until)
 }
 
 func rejectReason(s coordinator.State) string {
@@ -341,37 +346,11 @@ func (b *Breaker) decideWithout(ctx context.Context, scope string, cause error) 
 	return ticket{scope: scope, unrecorded: dropUnadmitted}, nil
 }
 
-// remember keeps what the coordinator said about scope.
-func (b *Breaker) remember(scope string, s coordinator.State, retryAfter time.Duration) {
-	if admitsAll(s) {
-		b.known.Delete(scope)
-		return
-	}
-	b.known.Store(scope, knownState{state: s, retryAt: time.Now().Add(retryAfter)})
-}
-
 // admitsAll reports whether a state lets every call through: closed, or
 // disabled by an operator. Such scopes are not remembered; isolated ones
 // are, like open ones.
 func admitsAll(s coordinator.State) bool {
 	return s == coordinator.StateClosed || s == coordinator.StateDisabled
-}
-
-// rememberResult keeps what a Record or Settle said about scope. Their
-// results carry no RetryAfter: a fresh trip is open for about OpenFor, and
-// otherwise the estimate from the last admission stands.
-func (b *Breaker) rememberResult(scope string, res coordinator.Result) {
-	if admitsAll(res.State) {
-		b.known.Delete(scope)
-		return
-	}
-	ks := knownState{state: res.State}
-	if t := res.Transition; t != nil && t.To == coordinator.StateOpen {
-		ks.retryAt = time.Now().Add(b.cfg.policy.OpenFor)
-	} else if old, ok := b.known.Load(scope); ok {
-		ks.retryAt = old.(knownState).retryAt
-	}
-	b.known.Store(scope, ks)
 }
 
 // mayAsk reports whether a call may ask the coordinator: yes while it

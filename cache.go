@@ -34,10 +34,9 @@ const feedRetry = time.Second
 // when the feed breaks, everything is forgotten and admissions ask the
 // coordinator until a new feed follows the scope again.
 type admissionCache struct {
-	b       *Breaker
-	w       coordinator.Watcher
-	maxAge  time.Duration
-	openFor time.Duration // the shortest open period: a lower bound for a trip heard on the feed
+	b      *Breaker
+	w      coordinator.Watcher
+	maxAge time.Duration
 
 	// epoch is the number of the live feed connection, 0 while there is
 	// none. Entries and followed scopes of another epoch are not trusted.
@@ -72,7 +71,6 @@ func newAdmissionCache(b *Breaker, w coordinator.Watcher, maxAge time.Duration) 
 		b:        b,
 		w:        w,
 		maxAge:   maxAge,
-		openFor:  b.cfg.policy.OpenFor,
 		entries:  make(map[string]cacheEntry),
 		followed: make(map[string]uint64),
 		wanted:   make(map[string]bool),
@@ -133,17 +131,24 @@ func (c *admissionCache) begin(scope string) uint64 {
 }
 
 // observe keeps what the coordinator answered about scope, to a question
-// asked in epoch (from begin). until is when an open period ends, as far
-// as the answer tells; zero when it does not, and then an open answer
-// changes nothing.
+// asked in epoch (from begin). until is when an open period or an
+// isolation ends, as far as the answer tells; an open answer without it
+// changes nothing, and an isolation is trusted for at most maxAge, since
+// its release may come at any time.
 func (c *admissionCache) observe(epoch uint64, scope string, s coordinator.State, gen uint64, until time.Time) {
 	if epoch == 0 {
 		return
 	}
+	now := time.Now()
 	switch s {
 	case coordinator.StateClosed, coordinator.StateDisabled:
-		c.put(epoch, scope, cacheEntry{state: s, gen: gen, checked: time.Now()})
-	case coordinator.StateOpen, coordinator.StateIsolated:
+		c.put(epoch, scope, cacheEntry{state: s, gen: gen, checked: now})
+	case coordinator.StateIsolated:
+		if limit := now.Add(c.maxAge); until.IsZero() || until.After(limit) {
+			until = limit
+		}
+		c.put(epoch, scope, cacheEntry{state: s, gen: gen, until: until})
+	case coordinator.StateOpen:
 		if !until.IsZero() {
 			c.put(epoch, scope, cacheEntry{state: s, gen: gen, until: until})
 		}
@@ -294,28 +299,13 @@ func (c *admissionCache) lose(epoch uint64) {
 	clear(c.followed)
 }
 
-// heard applies a transition another replica (or this one) caused.
+// heard applies a transition another replica (or this one) caused, as any
+// answer of the coordinator: to the cache and to the process's memory of
+// non-closed scopes. The open period it starts is at least OpenFor,
+// counted in local time, not from t.At: the coordinator's clock may be
+// skewed from ours.
 func (c *admissionCache) heard(epoch uint64, t coordinator.Transition) {
-	now := time.Now()
-	switch t.To {
-	case coordinator.StateClosed, coordinator.StateDisabled:
-		c.put(epoch, t.Scope, cacheEntry{state: t.To, gen: t.Generation, checked: now})
-	case coordinator.StateIsolated:
-		// An operator's isolation ends by release (which the feed tells)
-		// or at a time the transition does not carry: ask again after
-		// maxAge.
-		c.put(epoch, t.Scope, cacheEntry{state: t.To, gen: t.Generation, until: now.Add(c.maxAge)})
-	case coordinator.StateOpen:
-		// The open period is at least OpenFor; the coordinator tells the
-		// exact end to the first admission after that. Local time, not
-		// t.At: the coordinator's clock may be skewed from ours.
-		c.put(epoch, t.Scope, cacheEntry{state: t.To, gen: t.Generation, until: now.Add(c.openFor)})
-	default:
-		c.put(epoch, t.Scope, cacheEntry{state: t.To, gen: t.Generation})
-	}
-	// The process's memory of non-closed scopes, for when the coordinator
-	// is unreachable, hears of it too.
-	c.b.rememberResult(t.Scope, coordinator.Result{State: t.To, Generation: t.Generation, Transition: &t})
+	c.b.learnResult(epoch, t.Scope, coordinator.Result{State: t.To, Generation: t.Generation, Transition: &t})
 	if c.heardHook != nil {
 		c.heardHook(t)
 	}

@@ -52,7 +52,7 @@ func (b *Breaker) control(ctx context.Context, scope string, n coordinator.Note,
 	if err != nil {
 		return res, err
 	}
-	b.learned(epoch, scope, res)
+	b.learnResult(epoch, scope, res)
 	if res.Transition != nil {
 		b.tel.transition(ctx, res.Transition, nil)
 	}

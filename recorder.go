@@ -198,7 +198,7 @@ func (r *recorder) record(scope string, outcomes []coordinator.Outcome, links []
 		b.tel.drop(scope, dropCoordinator, len(outcomes))
 		return
 	}
-	b.learned(epoch, scope, res)
+	b.learnResult(epoch, scope, res)
 	if res.Transition != nil {
 		b.tel.transition(context.Background(), res.Transition, links)
 	}
@@ -229,7 +229,7 @@ func (r *recorder) settle(it item) {
 			b.tel.drop(it.scope, dropCoordinator, 1)
 			return
 		}
-		b.learned(epoch, it.scope, res)
+		b.learnResult(epoch, it.scope, res)
 		if res.Transition != nil {
 			// The probe caused it: the span is the probe call's child.
 			parent := trace.ContextWithSpanContext(context.Background(), it.caller)
