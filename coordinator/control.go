@@ -26,9 +26,11 @@ import (
 // and are judged by the rules from the next Record on.
 //
 // Manual states never expire; an isolation for a set time ends lazily,
-// like an open period: the state reads closed (in a new generation) from
-// its end on, and the first Admit or Controller operation after the end
-// makes the transition "isolation ended". Calling a method that would not
+// like an open period: from its end on, Snapshot reads the scope as not
+// born, and the first operation other than Snapshot makes the transition
+// "isolation ended" into a new generation, then does its own work on the
+// closed breaker, reporting the end unless it makes a transition of its
+// own (both are published, the end first). Calling a method that would not
 // change the state (Release of a closed breaker, Enable of one that is not
 // disabled) changes nothing and reports no transition, so retrying any of
 // them is safe. Isolate of an isolated breaker replaces its note and end.

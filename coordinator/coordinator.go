@@ -66,18 +66,32 @@ type Transition struct {
 	Generation uint64    // generation after the transition
 	At         time.Time // the coordinator's clock
 	Reason     string    // human readable: "failures 3/4 >= 50%", "probe failed", ...
+	// OpenUntil is when the state moved to ends by itself, on the
+	// coordinator's clock: the end of the open period (To open) or of an
+	// isolation for a set time (To isolated); zero otherwise. A listener
+	// whose clock differs from the coordinator's counts OpenUntil.Sub(At)
+	// from when it heard.
+	OpenUntil time.Time
 }
 
-// Result is what Record and Settle report.
+// Result is what Record, Settle and the [Controller] methods report.
 type Result struct {
 	State      State  // as of now
 	Generation uint64 // after the operation
 	Stale      int    // outcomes or settlements ignored as stale
+	// RetryAfter is, when State is open, the time until its open period
+	// ends; when isolated for a set time, until the isolation ends; zero
+	// otherwise. It is what tells a caller that the open period is not
+	// OpenFor: each reopening doubles it (Policy.MaxOpenFor).
+	RetryAfter time.Duration
 	Transition *Transition
 }
 
 // Snapshot is a read-only view of one scope, as of now: an open breaker
-// whose open period has ended reads half-open.
+// whose open period has ended reads half-open. A scope that is not born
+// (never used, or forgotten after an idle window, or whose state record
+// was lost) reads closed in generation 0 with nothing counted: looking
+// does not give birth to it (see [NextGeneration]).
 type Snapshot struct {
 	Scope      string
 	State      State

@@ -14,7 +14,8 @@
 // opens, and rejects calls until its open period ends. The first admission
 // after that moves it to half-open and claims one of Policy.Probes leased
 // probe slots; enough successful probes close it, a failed probe opens it
-// again. Every transition to open or closed increments a generation, and an
-// outcome carries the generation it was admitted under, so outcomes of an
-// earlier generation never count.
+// again. Every transition to open or closed starts a new generation
+// ([NextGeneration]: above every generation the scope ever had, whatever was
+// lost or forgotten in between), and an outcome carries the generation it
+// was admitted under, so outcomes of an earlier generation never count.
 package coordinator

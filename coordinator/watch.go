@@ -21,6 +21,12 @@ type Watch interface {
 	// Follow returns may be missed: read the scope's state afterwards.
 	Follow(ctx context.Context, scopes ...string) error
 
+	// Unfollow removes scopes from the subscription, so that a
+	// subscriber's cost stays bounded by the scopes it still uses. Next
+	// delivers no transition of a scope after Unfollow of it returns.
+	// Unfollowing a scope that is not followed does nothing.
+	Unfollow(ctx context.Context, scopes ...string) error
+
 	// Next blocks until the next transition of a followed scope, ctx ends,
 	// or the feed breaks. An error wrapping [ErrFeedLost] means
 	// transitions may have been missed: everything learned from the feed

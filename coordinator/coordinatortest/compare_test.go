@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,113 +16,128 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
-// lossy is a memory coordinator that can lose a scope's state as the
-// contract allows: the scope restarts closed in generations that no earlier
-// outcome or probe carries (each loss starts a new block of 2^32).
+// lossy is a memory coordinator that can lose a scope's state: a loss
+// moves the scope to a fresh scope of the inner coordinator, window and
+// all, where the next write gives birth to it (Compare moves the clock
+// past every generation minted before the loss).
 type lossy struct {
 	m *memory.Coordinator
 
 	mu     sync.Mutex
-	epochs map[string]uint64
-	// adopt, when set, makes a loss keep the old generations: the bug
-	// Compare must catch.
-	adopt bool
-	// forgetEarly, when set, makes a scope restarted after a loss answer
-	// in a new generation until its first write, and from then on in
-	// generation 0 of a fresh scope, as if the new generation had been
-	// forgotten at once, so that outcomes admitted under 0 before the loss
-	// count again.
-	forgetEarly bool
-	written     map[string]bool // since the last loss
+	losses map[string]int
+	// adopt, when set, makes a scope born after a loss count the outcomes
+	// of the generation it had when it lost its state: the bug Compare
+	// must catch. before holds that generation, per scope.
+	adopt  bool
+	before map[string]uint64
 }
-
-const epochSize = 1 << 32
 
 func newLossy(clock func() time.Time) *lossy {
-	return &lossy{m: memory.New(memory.WithClock(clock)), epochs: map[string]uint64{}, written: map[string]bool{}}
+	return &lossy{m: memory.New(memory.WithClock(clock)), losses: map[string]int{}, before: map[string]uint64{}}
 }
 
-func (l *lossy) lose(scope string) {
+func loseState(t *testing.T, sut coordinator.Coordinator, scope string) {
+	l := sut.(*lossy)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.epochs[scope]++
-	delete(l.written, scope)
+	if l.adopt {
+		// Any valid policy reads the generation.
+		s, err := l.m.Snapshot(t.Context(), l.innerLocked(scope), coordinator.DefaultPolicy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.before[scope] = s.Generation
+	}
+	l.losses[scope]++
 }
 
-// inner returns the memory scope that stands for scope and the offset of
-// its generations; write says the operation is not a Snapshot.
-func (l *lossy) inner(scope string, write bool) (string, uint64) {
+// inner is the scope of the inner coordinator that stands for scope.
+func (l *lossy) inner(scope string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := l.epochs[scope]
-	if l.adopt || (l.forgetEarly && l.written[scope]) {
-		return fmt.Sprintf("%d/%s", e, scope), 0
-	}
-	if write && e > 0 {
-		l.written[scope] = true
-	}
-	return fmt.Sprintf("%d/%s", e, scope), e * epochSize
+	return l.innerLocked(scope)
 }
 
-// in maps an outcome's generation into the current epoch; one of an
-// earlier epoch maps to a generation the scope never reaches.
-func in(gen, offset uint64) uint64 {
-	if gen < offset {
-		return ^uint64(0)
-	}
-	return gen - offset
-}
+func (l *lossy) innerLocked(scope string) string { return fmt.Sprintf("%d/%s", l.losses[scope], scope) }
 
-func out(t *coordinator.Transition, scope string, offset uint64) *coordinator.Transition {
+func renamed(t *coordinator.Transition, scope string) *coordinator.Transition {
 	if t == nil {
 		return nil
 	}
 	c := *t
 	c.Scope = scope
-	c.Generation += offset
 	return &c
 }
 
 func (l *lossy) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
-	s, off := l.inner(scope, true)
-	d, err := l.m.Admit(ctx, s, p, claim)
-	d.Generation += off
-	d.Transition = out(d.Transition, scope, off)
+	d, err := l.m.Admit(ctx, l.inner(scope), p, claim)
+	d.Transition = renamed(d.Transition, scope)
 	return d, err
 }
 
 func (l *lossy) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
-	s, off := l.inner(scope, true)
-	mapped := make([]coordinator.Outcome, len(outcomes))
-	for i, o := range outcomes {
-		o.Generation = in(o.Generation, off)
-		mapped[i] = o
+	inner := l.inner(scope)
+	if l.adopt {
+		outcomes = l.adopted(ctx, scope, inner, p, outcomes)
 	}
-	r, err := l.m.Record(ctx, s, p, mapped)
-	r.Generation += off
-	r.Transition = out(r.Transition, scope, off)
+	r, err := l.m.Record(ctx, inner, p, outcomes)
+	r.Transition = renamed(r.Transition, scope)
 	return r, err
 }
 
+// adopted moves the outcomes of the generation scope had when it lost its
+// state into the generation it was born in after.
+func (l *lossy) adopted(ctx context.Context, scope, inner string, p coordinator.Policy, outcomes []coordinator.Outcome) []coordinator.Outcome {
+	l.mu.Lock()
+	old := l.before[scope]
+	l.mu.Unlock()
+	s, err := l.m.Snapshot(ctx, inner, p)
+	if old == 0 || err != nil || s.Generation == 0 {
+		return outcomes
+	}
+	outcomes = slices.Clone(outcomes)
+	for i := range outcomes {
+		if outcomes[i].Generation == old {
+			outcomes[i].Generation = s.Generation
+		}
+	}
+	return outcomes
+}
+
 func (l *lossy) Settle(ctx context.Context, scope string, p coordinator.Policy, claim string, o coordinator.Outcome) (coordinator.Result, error) {
-	s, off := l.inner(scope, true)
-	o.Generation = in(o.Generation, off)
-	r, err := l.m.Settle(ctx, s, p, claim, o)
-	r.Generation += off
-	r.Transition = out(r.Transition, scope, off)
+	r, err := l.m.Settle(ctx, l.inner(scope), p, claim, o)
+	r.Transition = renamed(r.Transition, scope)
 	return r, err
 }
 
 func (l *lossy) Snapshot(ctx context.Context, scope string, p coordinator.Policy) (coordinator.Snapshot, error) {
-	s, off := l.inner(scope, false)
-	snap, err := l.m.Snapshot(ctx, s, p)
-	snap.Scope = scope
-	snap.Generation += off
-	return snap, err
+	s, err := l.m.Snapshot(ctx, l.inner(scope), p)
+	s.Scope = scope
+	return s, err
 }
 
-func loseState(t *testing.T, sut coordinator.Coordinator, scope string) {
-	sut.(*lossy).lose(scope)
+type command func(context.Context, string, coordinator.Policy, coordinator.Note) (coordinator.Result, error)
+
+func (l *lossy) control(ctx context.Context, c command, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
+	r, err := c(ctx, l.inner(scope), p, n)
+	r.Transition = renamed(r.Transition, scope)
+	return r, err
+}
+
+func (l *lossy) Isolate(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
+	return l.control(ctx, l.m.Isolate, scope, p, n)
+}
+
+func (l *lossy) Release(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
+	return l.control(ctx, l.m.Release, scope, p, n)
+}
+
+func (l *lossy) Disable(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
+	return l.control(ctx, l.m.Disable, scope, p, n)
+}
+
+func (l *lossy) Enable(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
+	return l.control(ctx, l.m.Enable, scope, p, n)
 }
 
 func TestCompareWithLostState(t *testing.T) {
@@ -130,13 +146,86 @@ func TestCompareWithLostState(t *testing.T) {
 	}, coordinatortest.CompareOptions{LoseState: loseState})
 }
 
+// reborn is a memory coordinator that hands a generation out twice: a
+// scope born again after it was forgotten answers in the generation it was
+// first born in, so outcomes of calls admitted back then count again.
+type reborn struct {
+	coordinator.Coordinator // not a Controller: its commands would hide births
+
+	mu sync.Mutex
+	// Per scope: the first generation handed out, the last one, and the
+	// inner generation of its latest birth after forgetting.
+	first, last, again map[string]uint64
+}
+
+// out is the generation reborn answers for the inner gen; an answer of an
+// operation that writes (with its transition t) teaches it the births.
+func (r *reborn) out(scope string, gen uint64, write bool, t *coordinator.Transition) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if write {
+		if r.first[scope] == 0 {
+			r.first[scope] = gen
+		} else if gen != r.last[scope] && t == nil {
+			r.again[scope] = gen
+		}
+		r.last[scope] = gen
+	}
+	if gen != 0 && gen == r.again[scope] {
+		return r.first[scope]
+	}
+	return gen
+}
+
+func (r *reborn) in(scope string, gen uint64) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a := r.again[scope]; a != 0 && gen == r.first[scope] {
+		return a
+	}
+	return gen
+}
+
+func (r *reborn) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
+	d, err := r.Coordinator.Admit(ctx, scope, p, claim)
+	d.Generation = r.out(scope, d.Generation, true, d.Transition)
+	return d, err
+}
+
+func (r *reborn) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
+	outcomes = slices.Clone(outcomes)
+	for i := range outcomes {
+		outcomes[i].Generation = r.in(scope, outcomes[i].Generation)
+	}
+	res, err := r.Coordinator.Record(ctx, scope, p, outcomes)
+	res.Generation = r.out(scope, res.Generation, true, res.Transition)
+	return res, err
+}
+
+func (r *reborn) Settle(ctx context.Context, scope string, p coordinator.Policy, claim string, o coordinator.Outcome) (coordinator.Result, error) {
+	o.Generation = r.in(scope, o.Generation)
+	res, err := r.Coordinator.Settle(ctx, scope, p, claim, o)
+	res.Generation = r.out(scope, res.Generation, true, res.Transition)
+	return res, err
+}
+
+func (r *reborn) Snapshot(ctx context.Context, scope string, p coordinator.Policy) (coordinator.Snapshot, error) {
+	s, err := r.Coordinator.Snapshot(ctx, scope, p)
+	s.Generation = r.out(scope, s.Generation, false, nil)
+	return s, err
+}
+
+type doubler struct{ *memory.Coordinator }
+
+func (d doubler) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
+	return d.Coordinator.Record(ctx, scope, p, append(outcomes, outcomes...))
+}
+
 // brokenCoordinators each break one rule in a way Compare must notice.
 var brokenCoordinators = map[string]struct {
 	opts coordinatortest.CompareOptions
 	make func(clock func() time.Time) coordinator.Coordinator
 }{
-	// Keeps the generations of the lost state, so outcomes and probes of
-	// calls admitted before the loss count again.
 	"AdoptsOldOutcomesAfterLoss": {
 		coordinatortest.CompareOptions{Seeds: 10, LoseState: loseState},
 		func(clock func() time.Time) coordinator.Coordinator {
@@ -145,16 +234,11 @@ var brokenCoordinators = map[string]struct {
 			return l
 		},
 	},
-	// Restarts a lost scope in a new generation, as it should, but forgets
-	// that generation before a window has passed: Compare lets a restarted
-	// generation be forgotten, and the calls lost before it go unchecked,
-	// only where the reference would forget it.
-	"ForgetsRestartedGenerationEarly": {
-		coordinatortest.CompareOptions{Seeds: 10, LoseState: loseState},
+	"HandsOutAGenerationTwice": {
+		coordinatortest.CompareOptions{Seeds: 10},
 		func(clock func() time.Time) coordinator.Coordinator {
-			l := newLossy(clock)
-			l.forgetEarly = true
-			return l
+			return &reborn{Coordinator: memory.New(memory.WithClock(clock)),
+				first: map[string]uint64{}, last: map[string]uint64{}, again: map[string]uint64{}}
 		},
 	},
 	"SeesTimeOneMillisecondLate": {
@@ -169,12 +253,6 @@ var brokenCoordinators = map[string]struct {
 			return doubler{memory.New(memory.WithClock(clock))}
 		},
 	},
-}
-
-type doubler struct{ *memory.Coordinator }
-
-func (d doubler) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
-	return d.Coordinator.Record(ctx, scope, p, append(outcomes, outcomes...))
 }
 
 // TestCompareCatchesBrokenCoordinators runs Compare on each broken

@@ -1,7 +1,6 @@
 package coordinatortest
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -9,10 +8,10 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
-const (
-	isolated = coordinator.StateIsolated
-	disabled = coordinator.StateDisabled
-)
+// The optional operators' commands ([coordinator.Controller]): Isolate,
+// Release and Disable start a new generation, Enable keeps it; manual
+// states never expire, and an isolation for a set time ends lazily, at the
+// first operation other than Snapshot after its end.
 
 // controller returns the harness's coordinator as a [coordinator.Controller],
 // or skips the test.
@@ -74,129 +73,167 @@ var (
 func testIsolateRejectsEveryAdmit(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	h.controller()
-	h.record(ok(0), fail(0))
+	gen := h.closedGen()
+	h.record(ok(gen), fail(gen))
 	res := h.control("isolate", outage)
-	h.wantResult("isolating a closed breaker", res, isolated, 1, 0)
-	h.wantTransition("isolating a closed breaker", res.Transition, closed, isolated, 1, "isolated by alice: payments outage")
+	iso := h.next(gen)
+	h.wantResult("isolating a closed breaker", res, isolated, iso, 0)
+	h.wantTransition("isolating a closed breaker", res.Transition, closed, isolated, iso, "isolated by alice: payments outage")
+	if res.RetryAfter != 0 || res.Transition == nil || !res.Transition.OpenUntil.IsZero() {
+		t.Errorf("isolating until released: %+v; want no RetryAfter and no OpenUntil", res)
+	}
 	isolatedAt := h.now()
-	s := h.wantState("isolated", isolated, 1)
-	want := coordinator.Snapshot{Scope: h.scope, State: isolated, Generation: 1, OpenedAt: isolatedAt, Operator: outage, ForcedAt: isolatedAt}
+	s := h.wantState("isolated", isolated, iso)
+	want := coordinator.Snapshot{Scope: h.scope, State: isolated, Generation: iso, OpenedAt: isolatedAt, Operator: outage, ForcedAt: isolatedAt}
 	if !sameSnapshot(s, want) {
 		t.Errorf("snapshot %+v; want %+v: an empty window, no end, the operator's note", s, want)
 	}
 	for i, claim := range []string{"a", "b", "c"} {
 		h.advance(time.Duration(i) * time.Hour)
-		d := h.admit(claim)
-		h.wantDecision("Admit while isolated", d, reject, isolated, 1)
-		if d.RetryAfter != 0 || d.Transition != nil {
-			t.Errorf("Admit while isolated until released: %+v; want RetryAfter 0 and no transition", d)
-		}
+		h.wantRejected("Admit while isolated until released", h.admit(claim), isolated, iso, 0)
 	}
-	res = h.record(fail(1), fail(1), fail(1), fail(1), ok(0))
-	h.wantResult("Record while isolated", res, isolated, 1, 5)
+	res = h.record(fail(iso), fail(iso), fail(iso), fail(iso), ok(gen))
+	h.wantResult("Record while isolated", res, isolated, iso, 5)
 	h.wantNoTransition("Record while isolated", res.Transition)
-	h.wantResult("Settle while isolated", h.settle("a", ok(1)), isolated, 1, 1)
+	h.wantResult("Settle while isolated", h.settle("a", ok(iso)), isolated, iso, 1)
 
 	// Isolating a half-open breaker drops its probes.
 	hs := h.on(h.scope + "/half-open")
-	gen := hs.halfOpen("p")
+	gen = hs.halfOpen("p")
 	res = hs.control("isolate", outage)
-	hs.wantTransition("isolating a half-open breaker", res.Transition, halfOpen, isolated, gen+1, "isolated by alice: payments outage")
+	iso = hs.next(gen)
+	hs.wantTransition("isolating a half-open breaker", res.Transition, halfOpen, isolated, iso, "isolated by alice: payments outage")
 	if s := hs.snapshot(); s.ProbesInFlight != 0 || s.ProbeSuccesses != 0 {
 		t.Errorf("snapshot %+v; want the probe leases dropped", s)
 	}
-	hs.wantResult("settling a probe of before the isolation", hs.settle("p", ok(gen)), isolated, gen+1, 1)
-	hs.wantDecision("a probe's claim again", hs.admit("p"), reject, isolated, gen+1)
+	hs.wantResult("settling a probe of before the isolation", hs.settle("p", ok(gen)), isolated, iso, 1)
+	hs.wantDecision("a probe's claim again", hs.admit("p"), reject, isolated, iso)
 }
 
-func testIsolateForExpiresByItself(t *testing.T, f Factory) {
+// testIsolateForEndsByItself: an isolation for a set time says when it
+// ends (Result.RetryAfter, Transition.OpenUntil), reads as not born from
+// its end on, and ends at the next write, in a new generation.
+func testIsolateForEndsByItself(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	h.controller()
+	gen := h.closedGen()
 	n := coordinator.Note{By: "alice", Reason: "deploy", For: 500 * time.Millisecond}
 	res := h.control("isolate", n)
-	h.wantTransition("isolating for 500ms", res.Transition, closed, isolated, 1, "isolated by alice for 500ms: deploy")
-	end := h.now().Add(500 * time.Millisecond)
+	iso, end := h.next(gen), h.now().Add(500*time.Millisecond)
+	h.wantResult("isolating for 500ms", res, isolated, iso, 0)
+	h.wantTransition("isolating for 500ms", res.Transition, closed, isolated, iso, "isolated by alice for 500ms: deploy")
+	if res.RetryAfter != 500*time.Millisecond || res.Transition == nil || !res.Transition.OpenUntil.Equal(end) {
+		t.Errorf("isolating for 500ms: %+v; want RetryAfter 500ms and OpenUntil %v", res, end)
+	}
 	if s := h.snapshot(); !s.OpenUntil.Equal(end) || s.Operator != n {
 		t.Errorf("snapshot %+v; want OpenUntil %v and the note", s, end)
 	}
-	h.advance(499 * time.Millisecond)
-	d := h.admit("a")
-	h.wantDecision("1ms before the end", d, reject, isolated, 1)
-	if d.RetryAfter != time.Millisecond {
-		t.Errorf("1ms before the end: RetryAfter %v; want 1ms", d.RetryAfter)
+	h.advance(100 * time.Millisecond)
+	if res := h.record(ok(iso)); res.RetryAfter != 400*time.Millisecond {
+		t.Errorf("Record 100ms into the isolation: %+v; want RetryAfter 400ms", res)
 	}
+	h.advance(399 * time.Millisecond)
+	h.wantRejected("1ms before the end", h.admit("a"), isolated, iso, time.Millisecond)
 	h.advance(time.Millisecond)
-	// As of now it is released, but nothing moved yet.
 	for range 2 {
-		s := h.wantState("at the end", closed, 2)
-		if want := (coordinator.Snapshot{Scope: h.scope, State: closed, Generation: 2, OpenedAt: end.Add(-500 * time.Millisecond)}); !sameSnapshot(s, want) {
-			t.Errorf("snapshot at the end %+v; want %+v", s, want)
-		}
+		h.wantNotBorn("at the end, looking")
 	}
-	h.wantResult("Record at the end, before any Admit", h.record(ok(2)), closed, 2, 1)
-	d = h.admit("b")
-	h.wantDecision("first Admit after the end", d, allow, closed, 2)
-	h.wantTransition("first Admit after the end", d.Transition, isolated, closed, 2, coordinator.IsolationEnded)
+	d := h.admit("b")
+	ended := h.next(iso)
+	h.wantDecision("first Admit after the end", d, allow, closed, ended)
+	h.wantTransition("first Admit after the end", d.Transition, isolated, closed, ended, coordinator.IsolationEnded)
 	h.wantNoTransition("second Admit", h.admit("c").Transition)
-	h.wantResult("Record after the release", h.record(ok(2), fail(2)), closed, 2, 0)
-	if s := h.wantState("after the release", closed, 2); s.Calls != 2 || s.Operator != (coordinator.Note{}) || !s.ForcedAt.IsZero() {
+	h.wantResult("Record after the end", h.record(ok(ended), fail(ended)), closed, ended, 0)
+	if s := h.wantState("after the end", closed, ended); s.Calls != 2 || s.Operator != (coordinator.Note{}) || !s.ForcedAt.IsZero() {
 		t.Errorf("snapshot %+v; want 2 calls counted and no operator note", s)
 	}
+}
 
-	// An operation of an operator after the end releases the breaker
-	// first, and reports its own transition.
-	o := h.on(h.scope + "/then-disabled")
-	o.control("isolate", n)
-	h.advance(time.Second)
-	res = o.control("disable", outage)
-	o.wantResult("disabling after the isolation ended", res, disabled, 3, 0)
-	o.wantTransition("disabling after the isolation ended", res.Transition, closed, disabled, 3, "disabled by alice: payments outage")
-	res = o.on(o.scope+"/released").control("isolate", n)
-	h.advance(time.Second)
-	res = o.on(o.scope+"/released").control("release", fixed)
-	o.on(o.scope+"/released").wantTransition("releasing after the isolation ended", res.Transition, isolated, closed, 2, coordinator.IsolationEnded)
+// testIsolationEndsLazilyOnEveryWrite: every operation but Snapshot first
+// ends an isolation whose time has passed, in a new generation with an
+// empty window, then does its own work on the closed breaker, and reports
+// the end unless it makes a transition of its own.
+func testIsolationEndsLazilyOnEveryWrite(t *testing.T, f Factory) {
+	for _, w := range []struct {
+		op    string
+		do    func(h *harness, iso uint64) coordinator.Result
+		state coordinator.State
+		own   string // the reason of the operation's own transition; "" for none
+		stale int
+	}{
+		{"Admit", func(h *harness, _ uint64) coordinator.Result { return asResult(h.admit("a")) }, closed, "", 0},
+		{"Record", func(h *harness, iso uint64) coordinator.Result { return h.record(fail(iso), ok(iso)) }, closed, "", 2},
+		{"Settle", func(h *harness, iso uint64) coordinator.Result { return h.settle("p", ok(iso)) }, closed, "", 1},
+		{"Isolate", func(h *harness, _ uint64) coordinator.Result { return h.control("isolate", outage) }, isolated, "isolated by alice: payments outage", 0},
+		{"Release", func(h *harness, _ uint64) coordinator.Result { return h.control("release", fixed) }, closed, "", 0},
+		{"Disable", func(h *harness, _ uint64) coordinator.Result { return h.control("disable", outage) }, disabled, "disabled by alice: payments outage", 0},
+		{"Enable", func(h *harness, _ uint64) coordinator.Result { return h.control("enable", fixed) }, closed, "", 0},
+	} {
+		t.Run(w.op, func(t *testing.T) {
+			h := newHarness(t, f, basePolicy())
+			h.controller()
+			h.closedGen()
+			iso := h.control("isolate", coordinator.Note{Reason: "deploy", For: 100 * time.Millisecond}).Generation
+			h.advance(100 * time.Millisecond)
+			h.wantNotBorn("at the end of the isolation")
+			res := w.do(h, iso)
+			ended := h.next(iso)
+			if w.own == "" {
+				h.wantResult(w.op+" after the end", res, w.state, ended, w.stale)
+				h.wantTransition(w.op+" after the end", res.Transition, isolated, closed, ended, coordinator.IsolationEnded)
+			} else {
+				h.wantResult(w.op+" after the end", res, w.state, h.next(ended), w.stale)
+				h.wantTransition(w.op+" after the end", res.Transition, closed, w.state, h.next(ended), w.own)
+			}
+			if s := h.wantState("after "+w.op, w.state, res.Generation); s.Calls != 0 {
+				t.Errorf("snapshot %+v; want an empty window", s)
+			}
+		})
+	}
 }
 
 func testReleaseClosesWithNewGeneration(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	h.controller()
-	h.control("isolate", outage)
+	iso := h.control("isolate", outage).Generation
 	res := h.control("release", fixed)
-	h.wantResult("releasing an isolated breaker", res, closed, 2, 0)
-	h.wantTransition("releasing an isolated breaker", res.Transition, isolated, closed, 2, "released by bob: fixed in v1.2.3")
-	if s := h.wantState("released", closed, 2); s.Operator != (coordinator.Note{}) || !s.ForcedAt.IsZero() || !s.OpenUntil.IsZero() || s.Calls != 0 {
+	released := h.next(iso)
+	h.wantResult("releasing an isolated breaker", res, closed, released, 0)
+	h.wantTransition("releasing an isolated breaker", res.Transition, isolated, closed, released, "released by bob: fixed in v1.2.3")
+	if s := h.wantState("released", closed, released); s.Operator != (coordinator.Note{}) || !s.ForcedAt.IsZero() || !s.OpenUntil.IsZero() || s.Calls != 0 {
 		t.Errorf("snapshot %+v; want no note, no end, an empty window", s)
 	}
-	h.wantDecision("after the release", h.admit("a"), allow, closed, 2)
+	h.wantDecision("after the release", h.admit("a"), allow, closed, released)
 
 	res = h.control("release", fixed)
-	h.wantResult("releasing a closed breaker", res, closed, 2, 0)
+	h.wantResult("releasing a closed breaker", res, closed, released, 0)
 	h.wantNoTransition("releasing a closed breaker", res.Transition)
 
 	// An open breaker closes at once, a half-open one drops its probes.
 	o := h.on(h.scope + "/open")
 	gen := o.trip()
 	res = o.control("release", coordinator.Note{})
-	o.wantResult("releasing an open breaker", res, closed, gen+1, 0)
-	o.wantTransition("releasing an open breaker", res.Transition, open, closed, gen+1, "released")
+	o.wantResult("releasing an open breaker", res, closed, o.next(gen), 0)
+	o.wantTransition("releasing an open breaker", res.Transition, open, closed, o.next(gen), "released")
 	hs := h.on(h.scope + "/half-open")
 	gen = hs.halfOpen("p")
 	hs.record(fail(gen))
 	res = hs.control("release", fixed)
-	hs.wantTransition("releasing a half-open breaker", res.Transition, halfOpen, closed, gen+1, "released by bob: fixed in v1.2.3")
-	hs.wantResult("settling a probe of before the release", hs.settle("p", ok(gen)), closed, gen+1, 1)
-	hs.wantResult("an outcome of before the release", hs.record(fail(gen)), closed, gen+1, 1)
+	released = hs.next(gen)
+	hs.wantTransition("releasing a half-open breaker", res.Transition, halfOpen, closed, released, "released by bob: fixed in v1.2.3")
+	hs.wantResult("settling a probe of before the release", hs.settle("p", ok(gen)), closed, released, 1)
+	hs.wantResult("an outcome of before the release", hs.record(fail(gen)), closed, released, 1)
 	if s := hs.snapshot(); s.Calls != 0 || s.ProbesInFlight != 0 {
 		t.Errorf("snapshot %+v; want an empty window and no probes", s)
 	}
 
 	// A disabled breaker is released into a new generation too.
 	d := h.on(h.scope + "/disabled")
-	d.control("disable", outage)
-	d.record(fail(1), fail(1))
+	gen = d.control("disable", outage).Generation
+	d.record(fail(gen), fail(gen))
 	res = d.control("release", fixed)
-	d.wantResult("releasing a disabled breaker", res, closed, 2, 0)
-	d.wantTransition("releasing a disabled breaker", res.Transition, disabled, closed, 2, "released by bob: fixed in v1.2.3")
+	d.wantResult("releasing a disabled breaker", res, closed, d.next(gen), 0)
+	d.wantTransition("releasing a disabled breaker", res.Transition, disabled, closed, d.next(gen), "released by bob: fixed in v1.2.3")
 	if s := d.snapshot(); s.Calls != 0 {
 		t.Errorf("snapshot %+v; want the window emptied", s)
 	}
@@ -205,34 +242,36 @@ func testReleaseClosesWithNewGeneration(t *testing.T, f Factory) {
 func testDisableAllowsAndNeverTrips(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	h.controller()
-	h.record(fail(0), fail(0), fail(0))
+	gen := h.closedGen()
+	h.record(fail(gen), fail(gen), fail(gen))
 	res := h.control("disable", outage)
-	h.wantResult("disabling a closed breaker", res, disabled, 1, 0)
-	h.wantTransition("disabling a closed breaker", res.Transition, closed, disabled, 1, "disabled by alice: payments outage")
+	dis := h.next(gen)
+	h.wantResult("disabling a closed breaker", res, disabled, dis, 0)
+	h.wantTransition("disabling a closed breaker", res.Transition, closed, disabled, dis, "disabled by alice: payments outage")
 	if s := h.snapshot(); s.Calls != 0 || s.ConsecutiveFailures != 0 {
 		t.Errorf("snapshot %+v; want a new generation with an empty window", s)
 	}
-	h.wantResult("an outcome of before disabling", h.record(fail(0)), disabled, 1, 1)
+	h.wantResult("an outcome of before disabling", h.record(fail(gen)), disabled, dis, 1)
 	d := h.admit("a")
-	h.wantDecision("Admit while disabled", d, allow, disabled, 1)
+	h.wantDecision("Admit while disabled", d, allow, disabled, dis)
 	h.wantNoTransition("Admit while disabled", d.Transition)
 	for range 5 {
-		res = h.record(fail(1), fail(1), took(1, time.Hour))
-		h.wantResult("failures while disabled", res, disabled, 1, 0)
+		res = h.record(fail(dis), fail(dis), took(dis, time.Hour))
+		h.wantResult("failures while disabled", res, disabled, dis, 0)
 		h.wantNoTransition("failures while disabled", res.Transition)
 	}
-	s := h.wantState("disabled", disabled, 1)
+	s := h.wantState("disabled", disabled, dis)
 	if s.Calls != 15 || s.Failures != 10 || s.ConsecutiveFailures != 0 || s.Operator != outage || !s.ForcedAt.Equal(h.now()) {
 		t.Errorf("snapshot %+v; want 15 calls, 10 failures counted, the note, forced now", s)
 	}
-	h.wantResult("outcomes of another generation", h.record(fail(2)), disabled, 1, 1)
+	h.wantResult("outcomes of another generation", h.record(fail(dis+1)), disabled, dis, 1)
 	h.advance(1000 * time.Hour)
-	h.wantState("a long time after disabling", disabled, 1)
-	h.wantDecision("a long time after disabling", h.admit("b"), allow, disabled, 1)
-	h.wantResult("Settle while disabled", h.settle("a", ok(1)), disabled, 1, 1)
+	h.wantState("a long time after disabling", disabled, dis)
+	h.wantDecision("a long time after disabling", h.admit("b"), allow, disabled, dis)
+	h.wantResult("Settle while disabled", h.settle("a", ok(dis)), disabled, dis, 1)
 
 	res = h.control("disable", fixed)
-	h.wantResult("disabling again", res, disabled, 1, 0)
+	h.wantResult("disabling again", res, disabled, dis, 0)
 	h.wantNoTransition("disabling again", res.Transition)
 	if s := h.snapshot(); s.Operator != fixed {
 		t.Errorf("snapshot %+v; want the new note", s)
@@ -240,17 +279,17 @@ func testDisableAllowsAndNeverTrips(t *testing.T, f Factory) {
 
 	// An open breaker lets calls through at once.
 	o := h.on(h.scope + "/open")
-	gen := o.trip()
+	gen = o.trip()
 	res = o.control("disable", outage)
-	o.wantTransition("disabling an open breaker", res.Transition, open, disabled, gen+1, "disabled by alice: payments outage")
-	o.wantDecision("Admit after disabling an open breaker", o.admit("a"), allow, disabled, gen+1)
+	o.wantTransition("disabling an open breaker", res.Transition, open, disabled, o.next(gen), "disabled by alice: payments outage")
+	o.wantDecision("Admit after disabling an open breaker", o.admit("a"), allow, disabled, o.next(gen))
 	if s := o.snapshot(); !s.OpenUntil.IsZero() {
 		t.Errorf("snapshot %+v; want no OpenUntil", s)
 	}
 	hs := h.on(h.scope + "/half-open")
 	gen = hs.halfOpen("p")
-	hs.control("disable", outage)
-	hs.wantResult("settling a probe of before disabling", hs.settle("p", ok(gen)), disabled, gen+1, 1)
+	dis = hs.control("disable", outage).Generation
+	hs.wantResult("settling a probe of before disabling", hs.settle("p", ok(gen)), disabled, dis, 1)
 	if s := hs.snapshot(); s.ProbesInFlight != 0 {
 		t.Errorf("snapshot %+v; want the probe leases dropped", s)
 	}
@@ -259,90 +298,83 @@ func testDisableAllowsAndNeverTrips(t *testing.T, f Factory) {
 func testEnableRestoresNormalRules(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	h.controller()
-	h.control("disable", outage)
-	h.record(fail(1), fail(1), fail(1))
-	h.wantDecision("a call in flight when enabling", h.admit("a"), allow, disabled, 1)
+	dis := h.control("disable", outage).Generation
+	h.record(fail(dis), fail(dis), fail(dis))
+	h.wantDecision("a call in flight when enabling", h.admit("a"), allow, disabled, dis)
 	res := h.control("enable", fixed)
-	h.wantResult("enabling", res, closed, 1, 0)
-	h.wantTransition("enabling", res.Transition, disabled, closed, 1, "enabled by bob: fixed in v1.2.3")
-	s := h.wantState("enabled", closed, 1)
+	h.wantResult("enabling", res, closed, dis, 0)
+	h.wantTransition("enabling", res.Transition, disabled, closed, dis, "enabled by bob: fixed in v1.2.3")
+	s := h.wantState("enabled", closed, dis)
 	if s.Calls != 3 || s.Operator != (coordinator.Note{}) || !s.ForcedAt.IsZero() {
 		t.Errorf("snapshot %+v; want the 3 calls counted while disabled kept, and no note", s)
 	}
-	h.wantDecision("Admit after enabling", h.admit("b"), allow, closed, 1)
-	res = h.record(fail(1))
-	h.wantTransition("the next failure, of a call admitted while disabled", res.Transition, closed, open, 2, "failures 4/4 >= 50%")
+	h.wantDecision("Admit after enabling", h.admit("b"), allow, closed, dis)
+	res = h.record(fail(dis))
+	h.wantTransition("the next failure, of a call admitted while disabled", res.Transition, closed, open, h.next(dis), "failures 4/4 >= 50%")
 
 	res = h.control("enable", fixed)
-	h.wantResult("enabling an open breaker", res, open, 2, 0)
+	h.wantResult("enabling an open breaker", res, open, h.next(dis), 0)
 	h.wantNoTransition("enabling an open breaker", res.Transition)
 	i := h.on(h.scope + "/isolated")
-	i.control("isolate", outage)
+	iso := i.control("isolate", outage).Generation
 	res = i.control("enable", fixed)
-	i.wantResult("enabling an isolated breaker", res, isolated, 1, 0)
+	i.wantResult("enabling an isolated breaker", res, isolated, iso, 0)
 	i.wantNoTransition("enabling an isolated breaker", res.Transition)
 
-	// Enabled, the state is kept a window after the last outcome, like any
+	// Enabled, the state is kept a window after the last write, like any
 	// closed state.
 	e := h.on(h.scope + "/forgotten")
-	e.control("disable", outage)
+	dis = e.control("disable", outage).Generation
 	e.advance(time.Hour)
 	e.control("enable", coordinator.Note{})
-	forget := e.now().Truncate(e.p.BucketWidth()).Add(e.p.Window)
-	e.clock.Set(forget.Add(-time.Millisecond))
-	e.wantState("1ms before a window after enabling", closed, 1)
-	e.clock.Set(forget)
-	if s := e.snapshot(); s != (coordinator.Snapshot{Scope: e.scope}) {
-		t.Errorf("snapshot a window after enabling: %+v; want a forgotten scope", s)
-	}
+	e.wantForgottenAt("enabled", e.forgetAt(e.now()), dis)
 }
 
 func testManualStatesNeverExpire(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	h.controller()
 	d := h.on(h.scope + "/disabled")
-	h.control("isolate", outage)
-	d.control("disable", outage)
+	iso := h.control("isolate", outage).Generation
+	dis := d.control("disable", outage).Generation
 	h.advance(10000 * time.Hour)
-	if s := h.wantState("a long time after isolating", isolated, 1); s.Operator != outage {
+	if s := h.wantState("a long time after isolating", isolated, iso); s.Operator != outage {
 		t.Errorf("snapshot %+v; want the note kept", s)
 	}
-	if s := d.wantState("a long time after disabling", disabled, 1); s.Operator != outage {
+	if s := d.wantState("a long time after disabling", disabled, dis); s.Operator != outage {
 		t.Errorf("snapshot %+v; want the note kept", s)
 	}
-	h.wantDecision("a long time after isolating", h.admit("a"), reject, isolated, 1)
+	h.wantDecision("a long time after isolating", h.admit("a"), reject, isolated, iso)
 }
 
 // testManualStatesAreTransitions checks that every transition an operator
 // makes goes out on the optional transition feed, as returned, in order,
-// including the end of an isolation released by the next operation.
+// including the end of an isolation: published before the command that
+// ended it, or reported by the Admit that did.
 func testManualStatesAreTransitions(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	h.controller()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	watch := h.watch(ctx)
+	ctx, watch := h.watch()
 	var want []coordinator.Transition
-	add := func(tr *coordinator.Transition) {
+	add := func(tr *coordinator.Transition) coordinator.Transition {
 		t.Helper()
 		if tr == nil {
 			t.Fatalf("no transition after %d", len(want))
 		}
 		want = append(want, *tr)
+		return *tr
 	}
 	add(h.control("isolate", outage).Transition)
 	add(h.control("release", fixed).Transition)
 	add(h.control("disable", outage).Transition)
 	h.control("disable", outage) // no transition
 	add(h.control("enable", fixed).Transition)
-	add(h.control("isolate", coordinator.Note{Reason: "one second", For: time.Second}).Transition)
+	iso := add(h.control("isolate", coordinator.Note{Reason: "one second", For: time.Second}).Transition)
 	h.advance(time.Second)
-	// The end of the isolation, then the new one.
-	gen := h.snapshot().Generation
-	want = append(want, coordinator.Transition{Scope: h.scope, From: isolated, To: closed, Generation: gen, At: h.now(), Reason: coordinator.IsolationEnded})
+	add(&coordinator.Transition{Scope: h.scope, From: isolated, To: closed, Generation: h.next(iso.Generation), At: h.now(), Reason: coordinator.IsolationEnded})
 	add(h.control("isolate", coordinator.Note{Reason: "again", For: time.Second}).Transition)
 	h.advance(time.Second)
 	add(h.admit("a").Transition)
+	add(h.control("isolate", outage).Transition)
 
 	wantTransitions(t, ctx, watch, want)
 }
@@ -376,7 +408,5 @@ func testInvalidNoteIsAnError(t *testing.T, f Factory) {
 	if !errors.Is(err, coordinator.ErrInvalidPolicy) {
 		t.Errorf("Isolate with Buckets 0: error %v; want one wrapping coordinator.ErrInvalidPolicy", err)
 	}
-	if s := h.snapshot(); s != (coordinator.Snapshot{Scope: h.scope}) {
-		t.Errorf("snapshot %+v; an invalid note or policy must change nothing", s)
-	}
+	h.wantNotBorn("after invalid notes and policies, which must change nothing")
 }

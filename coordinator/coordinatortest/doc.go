@@ -11,8 +11,12 @@
 //	}
 //
 // Run has one named subtest per rule of the contract, each on its own
-// coordinator and fake clock, and ends with [Compare], a randomized
+// coordinator and fake [Clock], and ends with [Compare], a randomized
 // differential test against the in-process coordinator, the reference
 // model. A coordinator that can lose its state record calls Compare itself
-// with [CompareOptions].LoseState set.
+// with [CompareOptions].LoseState set. The subtests never write a
+// generation down: they take it from an answer and
+// [coordinator.NextGeneration].
+//
+// [Clock] is the one fake clock of this module's tests.
 package coordinatortest

@@ -9,12 +9,24 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
+const (
+	closed   = coordinator.StateClosed
+	open     = coordinator.StateOpen
+	halfOpen = coordinator.StateHalfOpen
+	isolated = coordinator.StateIsolated
+	disabled = coordinator.StateDisabled
+
+	allow  = coordinator.Allow
+	probe  = coordinator.Probe
+	reject = coordinator.Reject
+)
+
 // harness drives one scope of one coordinator under a fake clock and fails
 // the test on any error the coordinator returns.
 type harness struct {
 	t     *testing.T
 	c     coordinator.Coordinator
-	clock *fakeClock
+	clock *Clock
 	p     coordinator.Policy
 	scope string
 }
@@ -36,7 +48,7 @@ func basePolicy() coordinator.Policy {
 
 func newHarness(t *testing.T, newCoordinator Factory, p coordinator.Policy) *harness {
 	t.Helper()
-	clock := newFakeClock()
+	clock := NewClock()
 	c := newCoordinator(t, clock.Now)
 	if c == nil {
 		t.Fatal("the factory returned a nil coordinator")
@@ -55,6 +67,11 @@ func (h *harness) on(scope string) *harness {
 func (h *harness) now() time.Time { return h.clock.Now().Truncate(time.Millisecond) }
 
 func (h *harness) advance(d time.Duration) { h.clock.Advance(d) }
+
+// next is the generation that a transition or a birth mints now after
+// prev, by rule 4 of the contract. Tests never write a generation down;
+// they take it from an answer and this rule.
+func (h *harness) next(prev uint64) uint64 { return coordinator.NextGeneration(prev, h.now()) }
 
 func (h *harness) admit(claim string) coordinator.Decision {
 	h.t.Helper()
@@ -103,6 +120,24 @@ func took(gen uint64, d time.Duration) coordinator.Outcome {
 	return coordinator.Outcome{Generation: gen, Duration: d}
 }
 
+// closedGen admits a call of the closed breaker, giving birth to the scope
+// if it is not born, and returns the generation the call belongs to: the
+// one a caller learns and records its outcome under.
+func (h *harness) closedGen() uint64 {
+	h.t.Helper()
+	d := h.admit("closed-gen")
+	if d.Verdict != allow || d.State != closed || d.Generation == 0 {
+		h.t.Fatalf("admitting a call of the closed breaker: %+v; want Allow in a generation other than 0", d)
+	}
+	return d.Generation
+}
+
+// asResult is a decision as a Result, for tables of operations that give
+// either.
+func asResult(d coordinator.Decision) coordinator.Result {
+	return coordinator.Result{State: d.State, Generation: d.Generation, RetryAfter: d.RetryAfter, Transition: d.Transition}
+}
+
 func (h *harness) wantDecision(what string, d coordinator.Decision, v coordinator.Verdict, s coordinator.State, gen uint64) {
 	h.t.Helper()
 	if d.Verdict != v || d.State != s || d.Generation != gen {
@@ -111,16 +146,58 @@ func (h *harness) wantDecision(what string, d coordinator.Decision, v coordinato
 	}
 }
 
+// wantRejected checks that Admit rejected the call in state s and
+// generation gen, with no transition, and told it to come back after
+// retryAfter.
+func (h *harness) wantRejected(what string, d coordinator.Decision, s coordinator.State, gen uint64, retryAfter time.Duration) {
+	h.t.Helper()
+	h.wantDecision(what, d, reject, s, gen)
+	if d.RetryAfter != retryAfter || d.Transition != nil {
+		h.t.Errorf("%s: Admit = %+v; want RetryAfter %v and no transition", what, d, retryAfter)
+	}
+}
+
+// wantResult checks a result's state, generation and stale count, and that
+// RetryAfter is zero unless the breaker is open or isolated (the values
+// are pinned by tests of their own).
 func (h *harness) wantResult(what string, r coordinator.Result, s coordinator.State, gen uint64, stale int) {
 	h.t.Helper()
 	if r.State != s || r.Generation != gen || r.Stale != stale {
 		h.t.Errorf("%s: result %v, generation %d, %d stale; want %v, generation %d, %d stale (result %+v)",
 			what, r.State, r.Generation, r.Stale, s, gen, stale, r)
 	}
+	switch {
+	case r.State == open && (r.RetryAfter <= 0 || r.RetryAfter > max(h.p.OpenFor, h.p.MaxOpenFor)):
+		h.t.Errorf("%s: open, RetryAfter %v; want the rest of an open period", what, r.RetryAfter)
+	case r.State != open && r.State != isolated && r.RetryAfter != 0:
+		h.t.Errorf("%s: %v, RetryAfter %v; want 0", what, r.State, r.RetryAfter)
+	}
+}
+
+// wantNoTrip records outcomes in the closed generation gen and checks
+// that the breaker stays closed in it.
+func (h *harness) wantNoTrip(what string, gen uint64, outcomes ...coordinator.Outcome) {
+	h.t.Helper()
+	res := h.record(outcomes...)
+	h.wantResult(what, res, closed, gen, 0)
+	h.wantNoTransition(what, res.Transition)
+}
+
+// wantTrip records outcomes in the closed generation gen and checks that
+// the last of them trips the breaker for reason, into a new generation,
+// which it returns.
+func (h *harness) wantTrip(what string, gen uint64, reason string, outcomes ...coordinator.Outcome) uint64 {
+	h.t.Helper()
+	res := h.record(outcomes...)
+	h.wantResult(what, res, open, h.next(gen), 0)
+	h.wantTransition(what, res.Transition, closed, open, h.next(gen), reason)
+	return res.Generation
 }
 
 // wantTransition checks every field of a transition the operation just
-// made, with At read from the clock.
+// made, with At read from the clock. OpenUntil is checked to lie within
+// an open period of the policy for a transition to open, and to be zero
+// for one to closed, half-open or disabled; tests of their own pin it.
 func (h *harness) wantTransition(what string, tr *coordinator.Transition, from, to coordinator.State, gen uint64, reason string) {
 	h.t.Helper()
 	if tr == nil {
@@ -136,6 +213,12 @@ func (h *harness) wantTransition(what string, tr *coordinator.Transition, from, 
 	}
 	if !tr.At.Equal(h.now()) {
 		h.t.Errorf("%s: transition at %v; want the coordinator's clock in whole milliseconds, %v", what, tr.At, h.now())
+	}
+	switch period := tr.OpenUntil.Sub(tr.At); {
+	case to == open && (period < h.p.OpenFor || period > max(h.p.OpenFor, h.p.MaxOpenFor)):
+		h.t.Errorf("%s: transition to open until %v, %v after it; want the end of an open period", what, tr.OpenUntil, period)
+	case to != open && to != isolated && !tr.OpenUntil.IsZero():
+		h.t.Errorf("%s: transition to %v until %v; want no OpenUntil", what, to, tr.OpenUntil)
 	}
 }
 
@@ -157,22 +240,37 @@ func (h *harness) wantState(what string, s coordinator.State, gen uint64) coordi
 	return snap
 }
 
+// wantNotBorn checks that the scope reads as not born: closed in
+// generation 0 with nothing else.
+func (h *harness) wantNotBorn(what string) {
+	h.t.Helper()
+	if s := h.snapshot(); s != (coordinator.Snapshot{Scope: h.scope}) {
+		h.t.Errorf("%s: snapshot %+v; want a scope not born: closed in generation 0 with nothing counted", what, s)
+	}
+}
+
 // trip records failures of the current closed generation, one at a time,
 // until the breaker opens, and returns the new generation.
 func (h *harness) trip() uint64 {
 	h.t.Helper()
-	gen := h.snapshot().Generation
+	return h.tripTransition().Generation
+}
+
+// tripTransition trips the breaker as trip does and returns the transition.
+func (h *harness) tripTransition() coordinator.Transition {
+	h.t.Helper()
+	gen := h.closedGen()
 	for range 1000 {
 		res := h.record(fail(gen))
 		if res.Transition != nil {
-			if res.Transition.To != coordinator.StateOpen || res.Generation != gen+1 {
-				h.t.Fatalf("tripping: transition %+v, result %+v; want open in generation %d", *res.Transition, res, gen+1)
+			if res.Transition.To != open || res.Generation != h.next(gen) {
+				h.t.Fatalf("tripping: transition %+v, result %+v; want open in generation %d", *res.Transition, res, h.next(gen))
 			}
-			return res.Generation
+			return *res.Transition
 		}
 	}
 	h.t.Fatalf("tripping: 1000 failures did not open the breaker")
-	return 0
+	return coordinator.Transition{}
 }
 
 // waitOpenPeriod moves the clock to the end of the open period.
@@ -192,7 +290,7 @@ func (h *harness) halfOpen(claims ...string) uint64 {
 	gen := h.trip()
 	h.waitOpenPeriod()
 	for _, c := range claims {
-		if d := h.admit(c); d.Verdict != coordinator.Probe || d.Generation != gen {
+		if d := h.admit(c); d.Verdict != probe || d.Generation != gen {
 			h.t.Fatalf("admitting probe %q: %+v; want a probe in generation %d", c, d, gen)
 		}
 	}
@@ -205,19 +303,41 @@ func (h *harness) recover() uint64 {
 	h.t.Helper()
 	gen := h.snapshot().Generation
 	for i := range 1000 {
-		claim := fmt.Sprintf("recover-g%d-%d", gen, i)
+		claim := fmt.Sprintf("recover-%d-%d", gen, i)
 		d := h.admit(claim)
-		if d.Verdict != coordinator.Probe {
+		if d.Verdict != probe {
 			h.t.Fatalf("recovering: Admit = %+v; want a probe", d)
 		}
 		res := h.settle(claim, ok(gen))
 		if res.Transition != nil {
-			if res.Transition.To != coordinator.StateClosed || res.Generation != gen+1 {
-				h.t.Fatalf("recovering: transition %+v; want closed in generation %d", *res.Transition, gen+1)
+			if res.Transition.To != closed || res.Generation != h.next(gen) {
+				h.t.Fatalf("recovering: transition %+v; want closed in generation %d", *res.Transition, h.next(gen))
 			}
 			return res.Generation
 		}
 	}
 	h.t.Fatalf("recovering: 1000 successful probes did not close the breaker")
 	return 0
+}
+
+// forgetAt is when a closed scope last written at lastWrite (born,
+// closed, enabled or given an outcome) is forgotten: when the bucket of
+// lastWrite leaves the window.
+func (h *harness) forgetAt(lastWrite time.Time) time.Time {
+	return lastWrite.Truncate(h.p.BucketWidth()).Add(h.p.Window)
+}
+
+// forget moves the clock to forgetAt(lastWrite).
+func (h *harness) forget(lastWrite time.Time) { h.clock.Set(h.forgetAt(lastWrite)) }
+
+// wantForgottenAt checks that the closed scope is kept in generation gen
+// until the millisecond before forget, reads as not born from forget on,
+// and is born again above gen by the next Admit.
+func (h *harness) wantForgottenAt(what string, forget time.Time, gen uint64) {
+	h.t.Helper()
+	h.clock.Set(forget.Add(-time.Millisecond))
+	h.wantState(what+", 1ms before it is forgotten", closed, gen)
+	h.clock.Set(forget)
+	h.wantNotBorn(what + ", when it is forgotten")
+	h.wantDecision(what+", the next Admit", h.admit("after forgetting"), allow, closed, h.next(gen))
 }

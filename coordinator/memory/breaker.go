@@ -62,8 +62,31 @@ type breaker struct {
 	// disabling the breaker, and when.
 	note     coordinator.Note
 	forcedAt int64
+
+	// lapsed is the transition the current operation made before its own
+	// work (an isolation whose time had passed), reported by the
+	// operation unless it makes one of its own.
+	lapsed *coordinator.Transition
 }
 
+// born gives birth to scope in a new generation, above the generation of
+// what it replaces (an expired breaker), if anything: rule 4.
+func born(scope string, old *breaker, r *rules, now int64) *breaker {
+	var prev uint64
+	if old != nil {
+		prev = old.gen
+	}
+	return &breaker{scope: scope, gen: coordinator.NextGeneration(prev, time.UnixMilli(now)), expiresAt: r.keep(now)}
+}
+
+// keep is when a closed generation that has just been written at now may
+// be forgotten: once every bucket it could write has left the window.
+func (r *rules) keep(now int64) int64 {
+	return (now/r.width + r.buckets) * r.width
+}
+
+// expired reports whether the breaker is closed and past keeping: it is
+// then as good as not born.
 func (b *breaker) expired(now int64) bool {
 	return b.state == coordinator.StateClosed && now >= b.expiresAt
 }
@@ -71,43 +94,55 @@ func (b *breaker) expired(now int64) bool {
 func ms(d int64) time.Duration { return time.Duration(d) * time.Millisecond }
 
 func (b *breaker) transition(from coordinator.State, now int64, reason string) *coordinator.Transition {
-	return &coordinator.Transition{
+	t := &coordinator.Transition{
 		Scope: b.scope, From: from, To: b.state, Generation: b.gen,
 		At: time.UnixMilli(now), Reason: reason,
 	}
+	if (b.state == coordinator.StateOpen || b.state == coordinator.StateIsolated) && b.openUntil != 0 {
+		t.OpenUntil = time.UnixMilli(b.openUntil)
+	}
+	return t
+}
+
+// report is the transition an operation reports: its own, or else the
+// lapse it started with.
+func (b *breaker) report(own *coordinator.Transition) *coordinator.Transition {
+	if own != nil {
+		return own
+	}
+	return b.lapsed
 }
 
 // stateAt is the state as of now: an open breaker whose period ended reads
-// half-open, and an isolation that ended reads closed, without changing
-// anything.
+// half-open, without changing anything.
 func (b *breaker) stateAt(now int64) coordinator.State {
 	if b.state == coordinator.StateOpen && now >= b.openUntil {
 		return coordinator.StateHalfOpen
 	}
-	if b.isolationOver(now) {
-		return coordinator.StateClosed
-	}
 	return b.state
 }
 
-// genAt is the generation as of now: an isolation that ended reads as the
-// generation its release will start.
-func (b *breaker) genAt(now int64) uint64 {
-	if b.isolationOver(now) {
-		return b.gen + 1
+// retryAfter is how long until the open period, or an isolation for a set
+// time, ends; 0 in any other state, or once it has ended.
+func (b *breaker) retryAfter(now int64) time.Duration {
+	if (b.state == coordinator.StateOpen || b.state == coordinator.StateIsolated) && b.openUntil > now {
+		return ms(b.openUntil - now)
 	}
-	return b.gen
+	return 0
 }
 
 // isolationOver reports whether the breaker is isolated for a set time
-// that has passed: it is released lazily, by the next Admit or Controller
-// operation.
+// that has passed: the next operation that writes releases it.
 func (b *breaker) isolationOver(now int64) bool {
 	return b.state == coordinator.StateIsolated && b.openUntil != 0 && now >= b.openUntil
 }
 
-// endIsolation releases an isolation whose time has passed.
-func (b *breaker) endIsolation(r *rules, now int64) *coordinator.Transition {
+// lapse releases an isolation whose time has passed, lazily, like an open
+// period ends, and returns the transition; nil if there is none.
+func (b *breaker) lapse(r *rules, now int64) *coordinator.Transition {
+	if !b.isolationOver(now) {
+		return nil
+	}
 	b.close(r, now)
 	return b.transition(coordinator.StateIsolated, now, coordinator.IsolationEnded)
 }
@@ -127,17 +162,9 @@ func (b *breaker) admit(r *rules, now int64, claim string) coordinator.Decision 
 	case coordinator.StateHalfOpen:
 		return b.claimProbe(r, now, claim)
 	case coordinator.StateIsolated:
-		if !b.isolationOver(now) {
-			d := coordinator.Decision{Verdict: coordinator.Reject, State: b.state, Generation: b.gen}
-			if b.openUntil != 0 {
-				d.RetryAfter = ms(b.openUntil - now)
-			}
-			return d
-		}
-		t := b.endIsolation(r, now)
-		return coordinator.Decision{Verdict: coordinator.Allow, State: b.state, Generation: b.gen, Transition: t}
+		return coordinator.Decision{Verdict: coordinator.Reject, State: b.state, Generation: b.gen, RetryAfter: b.retryAfter(now)}
 	}
-	return coordinator.Decision{Verdict: coordinator.Allow, State: b.state, Generation: b.gen}
+	return coordinator.Decision{Verdict: coordinator.Allow, State: b.state, Generation: b.gen, Transition: b.report(nil)}
 }
 
 func (b *breaker) pruneLeases(now int64) {
@@ -173,7 +200,7 @@ func (b *breaker) claimProbe(r *rules, now int64, claim string) coordinator.Deci
 }
 
 func (b *breaker) result(now int64, stale int, t *coordinator.Transition) coordinator.Result {
-	return coordinator.Result{State: b.stateAt(now), Generation: b.genAt(now), Stale: stale, Transition: t}
+	return coordinator.Result{State: b.stateAt(now), Generation: b.gen, Stale: stale, RetryAfter: b.retryAfter(now), Transition: b.report(t)}
 }
 
 func (b *breaker) seenBatch(id string) bool {
@@ -242,7 +269,7 @@ func (b *breaker) add(r *rules, now int64, o coordinator.Outcome) {
 	if r.p.IsSlow(o.Duration) {
 		bk.slow++
 	}
-	b.expiresAt = (idx + r.buckets) * r.width
+	b.expiresAt = r.keep(now)
 }
 
 // counts sums the live buckets of the window.
@@ -286,12 +313,12 @@ func percent(pm int) string {
 }
 
 // restart moves the breaker to state in a new generation that no earlier
-// outcome or probe carries: an empty window, no probe leases, no open
-// period. Every transition but open -> half-open and an operator's enable
-// goes through it.
-func (b *breaker) restart(state coordinator.State) {
+// outcome or probe carries (rule 4): an empty window, no probe leases, no
+// open period. Every transition but open -> half-open and an operator's
+// enable goes through it.
+func (b *breaker) restart(state coordinator.State, now int64) {
 	b.state = state
-	b.gen++
+	b.gen = coordinator.NextGeneration(b.gen, time.UnixMilli(now))
 	b.openFor, b.openUntil = 0, 0
 	b.consec, b.successes = 0, 0
 	b.window, b.leases = nil, nil
@@ -299,18 +326,18 @@ func (b *breaker) restart(state coordinator.State) {
 
 // open moves the breaker to open for period ms.
 func (b *breaker) open(period, now int64) {
-	b.restart(coordinator.StateOpen)
+	b.restart(coordinator.StateOpen, now)
 	b.openedAt = now
 	b.openFor = period
 	b.openUntil = now + period
 }
 
 func (b *breaker) close(r *rules, now int64) {
-	b.restart(coordinator.StateClosed)
+	b.restart(coordinator.StateClosed, now)
 	b.note, b.forcedAt = coordinator.Note{}, 0
 	// Keep the new generation for a window, so that calls admitted under
 	// it can still be recorded.
-	b.expiresAt = (now/r.width + r.buckets) * r.width
+	b.expiresAt = r.keep(now)
 }
 
 func (b *breaker) settle(r *rules, now int64, claim string, o coordinator.Outcome) coordinator.Result {
@@ -340,13 +367,15 @@ func (b *breaker) settle(r *rules, now int64, claim string, o coordinator.Outcom
 	return b.result(now, 0, b.transition(coordinator.StateHalfOpen, now, fmt.Sprintf("probes succeeded %d/%d", n, r.successes)))
 }
 
-func (b *breaker) snapshot(r *rules, now int64) coordinator.Snapshot {
-	if b.isolationOver(now) {
-		// As the release will leave it.
-		return coordinator.Snapshot{Scope: b.scope, State: coordinator.StateClosed, Generation: b.gen + 1, OpenedAt: time.UnixMilli(b.openedAt)}
+// snapshot reads b as of now; a nil breaker is a scope not born. A breaker
+// past keeping, or isolated for a time that has passed, reads as not born
+// either: the next operation that writes gives it a new generation.
+func (b *breaker) snapshot(r *rules, scope string, now int64) coordinator.Snapshot {
+	if b == nil || b.expired(now) || b.isolationOver(now) {
+		return coordinator.Snapshot{Scope: scope}
 	}
 	s := coordinator.Snapshot{
-		Scope:               b.scope,
+		Scope:               scope,
 		State:               b.stateAt(now),
 		Generation:          b.gen,
 		ConsecutiveFailures: b.consec,

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
-	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
 // TestHalfOpenConcurrentCallersNeverHoldMoreThanProbes has many goroutines
@@ -22,17 +21,16 @@ func TestHalfOpenConcurrentCallersNeverHoldMoreThanProbes(t *testing.T) {
 		Window: time.Second, Buckets: 10, ConsecutiveFailures: 1, OpenFor: 100 * time.Millisecond,
 		Probes: 3, ProbeLease: time.Minute, ProbeSuccesses: 1 << 30, // stays half-open
 	}
-	clk := newClock()
-	var mu sync.Mutex
-	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clk.now }
-	c := memory.New(memory.WithClock(now))
+	c, clk := onFakeClock()
 	ctx := context.Background()
-	if _, err := c.Record(ctx, "busy", p, []coordinator.Outcome{{Failure: true}}); err != nil {
+	d, err := c.Admit(ctx, "busy", p, "first")
+	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	clk.now = clk.now.Add(p.OpenFor)
-	mu.Unlock()
+	if r, err := c.Record(ctx, "busy", p, []coordinator.Outcome{{Generation: d.Generation, Failure: true}}); err != nil || r.Transition == nil {
+		t.Fatalf("Record of a failure: %+v, %v; want a trip", r, err)
+	}
+	clk.Advance(p.OpenFor)
 
 	var holding, most, granted atomic.Int64
 	var wg sync.WaitGroup

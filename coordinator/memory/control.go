@@ -35,17 +35,7 @@ func (c *Coordinator) control(ctx context.Context, op, scope string, p coordinat
 	}
 	var res coordinator.Result
 	err := c.op(ctx, op, scope, p, func(b *breaker, r *rules, now int64) *coordinator.Transition {
-		var ended *coordinator.Transition
-		if b.isolationOver(now) {
-			ended = b.endIsolation(r, now)
-		}
 		t := b.control(r, now, op, n)
-		if t == nil {
-			t = ended
-		} else if ended != nil {
-			// Both go out, in order; the operation reports its own.
-			c.publish(ended)
-		}
 		res = b.result(now, 0, t)
 		return t
 	})
@@ -59,7 +49,7 @@ func (b *breaker) control(r *rules, now int64, op string, n coordinator.Note) *c
 	switch op {
 	case "isolate":
 		if from != coordinator.StateIsolated {
-			b.restart(coordinator.StateIsolated)
+			b.restart(coordinator.StateIsolated, now)
 			b.openedAt = now
 		}
 		b.openUntil = 0
@@ -73,7 +63,7 @@ func (b *breaker) control(r *rules, now int64, op string, n coordinator.Note) *c
 		}
 	case "disable":
 		if from != coordinator.StateDisabled {
-			b.restart(coordinator.StateDisabled)
+			b.restart(coordinator.StateDisabled, now)
 		}
 		b.note, b.forcedAt = n, now
 	case "enable":
@@ -82,7 +72,7 @@ func (b *breaker) control(r *rules, now int64, op string, n coordinator.Note) *c
 			b.note, b.forcedAt = coordinator.Note{}, 0
 			// Kept for a window from now, as after a recovery: past every
 			// bucket counted while disabled.
-			b.expiresAt = (now/r.width + r.buckets) * r.width
+			b.expiresAt = r.keep(now)
 		}
 	}
 	if b.state == from {

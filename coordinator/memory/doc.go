@@ -3,6 +3,13 @@
 // reference model the Redis coordinator is compared with.
 //
 // Start with [New]; inject a clock with [WithClock] in tests. A Coordinator
-// is safe for concurrent use. It keeps O(Buckets + Probes) per scope and
-// forgets a scope that is closed and has had no outcome for a whole window.
+// is safe for concurrent use. It keeps O(Buckets + Probes) per scope.
+//
+// A scope is born by its first operation other than Snapshot, closed, in
+// the generation [coordinator.NextGeneration] mints. A closed scope is
+// forgotten a window after its last write (its birth, closing, enabling
+// or an outcome counted); other states are kept. Snapshot and List read a
+// forgotten scope as not born, and its next write gives birth to it again,
+// above every generation it had, so that the outcome of a call admitted
+// before is never counted after.
 package memory

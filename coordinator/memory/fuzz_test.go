@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
@@ -24,9 +25,13 @@ var fuzzPolicies = []coordinator.Policy{
 // FuzzMemoryOperations runs the operation sequence the fuzz input encodes
 // on one scope and checks, after every operation, what the contract
 // promises whatever the sequence:
-//   - generations only change by the transitions reported, except that a
-//     closed scope with no outcome for a whole window is forgotten and
-//     reads generation 0 again, exactly when its last bucket leaves;
+//   - an operation that writes never answers generation 0, and the
+//     generations answered never decrease, across forgetting too;
+//   - every new generation is coordinator.NextGeneration of the one
+//     before, at a transition reported or at a birth: the first write to
+//     a scope never used, or to one forgotten (closed, with no outcome for
+//     a whole window), which reads as not born, exactly from when its last
+//     bucket leaves, until then;
 //   - no more live probe leases than Probes, by Snapshot and by the
 //     distinct claims holding a Probe verdict;
 //   - an open breaker admits nothing before its open period ends, and that
@@ -52,13 +57,14 @@ func FuzzMemoryOperations(f *testing.F) {
 type fuzzModel struct {
 	t     *testing.T
 	p     coordinator.Policy
-	clock *clock
+	clock *coordinatortest.Clock
 	c     *memory.Coordinator
 
 	state     coordinator.State // stored state: open until an Admit moves it
-	gen       uint64
-	forgetAt  int64 // ms: when a closed scope is forgotten
-	openUntil int64 // ms
+	gen       uint64            // stored generation: 0 until the first write, kept when forgotten
+	highest   uint64            // the highest generation answered so far
+	forgetAt  int64             // ms: when a closed scope is forgotten
+	openUntil int64             // ms
 	period    time.Duration
 	leases    map[string]int64 // claim -> lease end, ms, in the current half-open period
 	claims    []string
@@ -66,11 +72,43 @@ type fuzzModel struct {
 }
 
 func newFuzzModel(t *testing.T, p coordinator.Policy) *fuzzModel {
-	clk := newClock()
-	return &fuzzModel{t: t, p: p, clock: clk, c: memory.New(memory.WithClock(clk.Now)), leases: map[string]int64{}}
+	c, clk := onFakeClock()
+	return &fuzzModel{t: t, p: p, clock: clk, c: c, leases: map[string]int64{}}
 }
 
-func (m *fuzzModel) now() int64 { return m.clock.now.UnixMilli() }
+func (m *fuzzModel) now() int64 { return m.clock.Now().UnixMilli() }
+
+// notBorn reports whether the scope reads as not born: never written, or
+// closed past keeping.
+func (m *fuzzModel) notBorn() bool {
+	return m.gen == 0 || m.state == coordinator.StateClosed && m.now() >= m.forgetAt
+}
+
+// mint is the generation a transition or a birth makes now.
+func (m *fuzzModel) mint() uint64 { return coordinator.NextGeneration(m.gen, m.clock.Now()) }
+
+// write gives birth to a scope that is not born, as every operation but
+// Snapshot does first.
+func (m *fuzzModel) write() {
+	if m.notBorn() {
+		m.gen = m.mint()
+		m.state = coordinator.StateClosed
+		m.leases = map[string]int64{}
+		m.forgetAt = m.forgetsAt(m.now())
+	}
+}
+
+// answered checks the generation an operation that writes answered.
+func (m *fuzzModel) answered(op string, gen uint64) {
+	m.t.Helper()
+	if gen == 0 || gen < m.highest {
+		m.failf("%s: generation %d after %d; want neither 0 nor less", op, gen, m.highest)
+	}
+	if gen != m.gen {
+		m.failf("%s: generation %d; want %d", op, gen, m.gen)
+	}
+	m.highest = gen
+}
 
 func (m *fuzzModel) failf(format string, args ...any) {
 	m.t.Helper()
@@ -105,17 +143,13 @@ func (m *fuzzModel) forgetsAt(ms int64) int64 {
 func (m *fuzzModel) step(op, arg byte) {
 	m.t.Helper()
 	ctx := context.Background()
-	if m.state == coordinator.StateClosed && m.now() >= m.forgetAt {
-		m.gen = 0 // forgotten: the one way a generation goes down
-	}
-	var s coordinator.Snapshot
 	switch op % 7 {
 	case 0:
 		d := time.Duration(arg) * time.Millisecond
 		if arg >= 200 {
 			d = time.Duration(arg-199) * 100 * time.Millisecond
 		}
-		m.clock.now = m.clock.now.Add(d)
+		m.clock.Advance(d)
 		m.note("advance %v", d)
 		return
 	case 1:
@@ -163,7 +197,11 @@ func (m *fuzzModel) step(op, arg byte) {
 	if err != nil {
 		m.failf("Snapshot: %v", err)
 	}
-	if s.Generation != m.gen {
+	if m.notBorn() {
+		if s != (coordinator.Snapshot{Scope: "fuzz"}) {
+			m.failf("snapshot %+v; want a scope not born", s)
+		}
+	} else if s.Generation != m.gen {
 		m.failf("snapshot generation %d; want %d", s.Generation, m.gen)
 	}
 	if s.ProbesInFlight > m.p.Probes || s.ProbesInFlight != m.live() {
@@ -177,6 +215,7 @@ func (m *fuzzModel) step(op, arg byte) {
 
 func (m *fuzzModel) admit(claim string) {
 	m.t.Helper()
+	m.write()
 	liveBefore, held := m.live(), m.leases[claim] > m.now()
 	d, err := m.c.Admit(context.Background(), "fuzz", m.p, claim)
 	m.note("admit %s -> %v %v gen %d retry %v", claim, d.Verdict, d.State, d.Generation, d.RetryAfter)
@@ -215,13 +254,12 @@ func (m *fuzzModel) admit(claim string) {
 			m.failf("Admit(%s) = %+v with %d of %d probe slots leased; want Probe", claim, d, liveBefore, m.p.Probes)
 		}
 	}
-	if d.Generation != m.gen {
-		m.failf("Admit: generation %d; want %d", d.Generation, m.gen)
-	}
+	m.answered("Admit", d.Generation)
 }
 
 func (m *fuzzModel) record(ctx context.Context, outcomes []coordinator.Outcome) {
 	m.t.Helper()
+	m.write()
 	res, err := m.c.Record(ctx, "fuzz", m.p, outcomes)
 	m.note("record %v -> %+v", outcomes, res)
 	if err != nil {
@@ -233,23 +271,22 @@ func (m *fuzzModel) record(ctx context.Context, outcomes []coordinator.Outcome) 
 			m.failf("Record while %v: %+v; want all %d stale", m.state, res, len(outcomes))
 		}
 	case res.Transition != nil:
-		if res.Transition.From != coordinator.StateClosed || res.Transition.To != coordinator.StateOpen || res.Transition.Generation != m.gen+1 {
-			m.failf("Record: transition %+v; want closed -> open in generation %d", *res.Transition, m.gen+1)
+		if res.Transition.From != coordinator.StateClosed || res.Transition.To != coordinator.StateOpen || res.Transition.Generation != m.mint() {
+			m.failf("Record: transition %+v; want closed -> open in generation %d", *res.Transition, m.mint())
 		}
-		m.gen++
+		m.gen = m.mint()
 		m.state = coordinator.StateOpen
 		m.period = m.p.OpenFor
 		m.openUntil = m.now() + m.period.Milliseconds()
 	case res.Stale < len(outcomes):
 		m.forgetAt = m.forgetsAt(m.now())
 	}
-	if res.Generation != m.gen {
-		m.failf("Record: generation %d; want %d", res.Generation, m.gen)
-	}
+	m.answered("Record", res.Generation)
 }
 
 func (m *fuzzModel) settle(claim string, o coordinator.Outcome) {
 	m.t.Helper()
+	m.write()
 	counts := m.state == coordinator.StateHalfOpen && o.Generation == m.gen && m.leases[claim] > m.now()
 	res, err := m.c.Settle(context.Background(), "fuzz", m.p, claim, o)
 	m.note("settle %s %+v -> %+v", claim, o, res)
@@ -266,10 +303,10 @@ func (m *fuzzModel) settle(claim string, o coordinator.Outcome) {
 			m.failf("Settle(%s) of a live lease: %+v; want it counted", claim, res)
 		}
 		if tr := res.Transition; tr != nil {
-			if tr.From != coordinator.StateHalfOpen || tr.Generation != m.gen+1 {
-				m.failf("Settle: transition %+v; want from half-open in generation %d", *tr, m.gen+1)
+			if tr.From != coordinator.StateHalfOpen || tr.Generation != m.mint() {
+				m.failf("Settle: transition %+v; want from half-open in generation %d", *tr, m.mint())
 			}
-			m.gen++
+			m.gen = m.mint()
 			m.state = tr.To
 			m.leases = map[string]int64{}
 			switch tr.To {
@@ -292,7 +329,5 @@ func (m *fuzzModel) settle(claim string, o coordinator.Outcome) {
 			m.failf("a failed probe did not reopen the breaker: %+v", res)
 		}
 	}
-	if res.Generation != m.gen {
-		m.failf("Settle: generation %d; want %d", res.Generation, m.gen)
-	}
+	m.answered("Settle", res.Generation)
 }

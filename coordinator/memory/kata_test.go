@@ -6,14 +6,8 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
-	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 )
-
-// clock is a test clock at a whole second; tests move it by hand.
-type clock struct{ now time.Time }
-
-func newClock() *clock          { return &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)} }
-func (c *clock) Now() time.Time { return c.now }
 
 // TestKata replays the worked example of the single-process breaker kata
 // (seed 004): two failures in a row open the breaker for 10 time units
@@ -24,10 +18,9 @@ func TestKata(t *testing.T) {
 		Window: time.Minute, Buckets: 6, ConsecutiveFailures: 2,
 		OpenFor: 10 * time.Second, Probes: 1, ProbeLease: time.Minute, ProbeSuccesses: 1,
 	}
-	clk := newClock()
-	t0 := clk.now
-	at := func(sec int) { clk.now = t0.Add(time.Duration(sec) * time.Second) }
-	c := memory.New(memory.WithClock(clk.Now))
+	c, clk := onFakeClock()
+	t0 := coordinatortest.Start
+	at := func(sec int) { clk.Set(t0.Add(time.Duration(sec) * time.Second)) }
 	ctx := context.Background()
 	const scope = "kata"
 
@@ -49,7 +42,8 @@ func TestKata(t *testing.T) {
 		}
 		return s.State
 	}
-	// In closed, record is an ordinary call: admitted, then recorded.
+	// In closed, record is an ordinary call: admitted (which tells the
+	// generation to record it under), then recorded.
 	recordClosed := func(sec int, failure bool) coordinator.Result {
 		t.Helper()
 		d := allow(sec, "")
@@ -75,8 +69,8 @@ func TestKata(t *testing.T) {
 		t.Errorf("record(False, 1): %v; want closed", res.State)
 	}
 	res := recordClosed(2, true)
-	if tr := res.Transition; res.State != coordinator.StateOpen || tr == nil || !tr.At.Equal(t0.Add(2*time.Second)) {
-		t.Errorf("record(False, 2): %+v; want open at 2", res)
+	if tr := res.Transition; res.State != coordinator.StateOpen || tr == nil || !tr.At.Equal(t0.Add(2*time.Second)) || res.RetryAfter != 10*time.Second {
+		t.Errorf("record(False, 2): %+v; want open at 2 for 10 units", res)
 	}
 	// cb.allow(5) -> False
 	if d := allow(5, "x"); d.Verdict != coordinator.Reject || d.RetryAfter != 7*time.Second {
@@ -101,8 +95,8 @@ func TestKata(t *testing.T) {
 	}
 	// cb.record(False, 14): trial failed, open again from 14
 	res = recordTrial(14, "trial-1", trial, true)
-	if tr := res.Transition; res.State != coordinator.StateOpen || tr == nil || !tr.At.Equal(t0.Add(14*time.Second)) {
-		t.Errorf("record(False, 14): %+v; want open again from 14", res)
+	if tr := res.Transition; res.State != coordinator.StateOpen || tr == nil || !tr.At.Equal(t0.Add(14*time.Second)) || res.RetryAfter != 10*time.Second {
+		t.Errorf("record(False, 14): %+v; want open again from 14 for 10 units", res)
 	}
 	// cb.allow(23) -> False
 	if d := allow(23, "z"); d.Verdict != coordinator.Reject {

@@ -10,8 +10,8 @@ import (
 )
 
 // List returns a snapshot, as of now, of every scope the coordinator
-// holds state for, sorted by scope; scopes that read as forgotten (closed,
-// generation 0, nothing counted) are left out. p gives the window the
+// holds state for, sorted by scope; scopes that are not born (forgotten, or
+// never used) are left out. p gives the window the
 // counts are read over. It costs O(scopes) under the coordinator's lock.
 func (c *Coordinator) List(ctx context.Context, p coordinator.Policy) ([]coordinator.Snapshot, error) {
 	if err := ctx.Err(); err != nil {
@@ -25,10 +25,7 @@ func (c *Coordinator) List(ctx context.Context, p coordinator.Policy) ([]coordin
 	now := c.clock().UnixMilli()
 	var out []coordinator.Snapshot
 	for scope, b := range c.scopes {
-		if b.expired(now) {
-			continue
-		}
-		if s := b.snapshot(r, now); s != (coordinator.Snapshot{Scope: scope}) {
+		if s := b.snapshot(r, scope, now); s != (coordinator.Snapshot{Scope: scope}) {
 			out = append(out, s)
 		}
 	}

@@ -1,4 +1,4 @@
-package memory
+package memory_test
 
 import (
 	"context"
@@ -8,19 +8,35 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
+// TestList lists the scopes that are born, sorted, and leaves out those
+// that read as not born: forgotten, isolated for a time that has passed,
+// or never used.
 func TestList(t *testing.T) {
-	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	c := New(WithClock(func() time.Time { return now }))
+	c, clk := onFakeClock()
 	ctx := context.Background()
 	p := coordinator.Policy{Window: time.Second, Buckets: 10, ConsecutiveFailures: 2,
 		OpenFor: time.Second, Probes: 1, ProbeLease: time.Second, ProbeSuccesses: 1}
 	note := coordinator.Note{Reason: "listing"}
-	if _, err := c.Record(ctx, "forgotten", p, []coordinator.Outcome{{}}); err != nil {
-		t.Fatal(err)
+	// record admits a call per outcome, to learn their generation.
+	record := func(scope string, failures ...bool) {
+		t.Helper()
+		var outcomes []coordinator.Outcome
+		for _, f := range failures {
+			d, err := c.Admit(ctx, scope, p, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			outcomes = append(outcomes, coordinator.Outcome{Generation: d.Generation, Failure: f})
+		}
+		if _, err := c.Record(ctx, scope, p, outcomes); err != nil {
+			t.Fatal(err)
+		}
 	}
-	now = now.Add(p.Window)
-	c.Record(ctx, "b-closed", p, []coordinator.Outcome{{}, {Failure: true}})
-	c.Record(ctx, "c-open", p, []coordinator.Outcome{{Failure: true}, {Failure: true}})
+	record("forgotten", false)
+	c.Isolate(ctx, "isolation-ended", p, coordinator.Note{Reason: "a moment", For: time.Millisecond})
+	clk.Advance(p.Window)
+	record("b-closed", false, true)
+	record("c-open", true, true)
 	c.Isolate(ctx, "a-isolated", p, note)
 	c.Disable(ctx, "d-disabled", p, note)
 	list, err := c.List(ctx, p)

@@ -55,8 +55,31 @@ func New(opts ...Option) *Coordinator {
 var _ coordinator.Coordinator = (*Coordinator)(nil)
 
 // op runs f on the scope's breaker under the lock, with the time read once,
-// and publishes the transition f reports, if any.
+// and publishes the transitions it makes. Every operation but Snapshot
+// writes: it gives birth to a scope that is not born (rule 4 of the
+// contract, [coordinator.NextGeneration]) and ends an isolation whose time
+// has passed, before f runs. That lapse is reported by the operation unless
+// f reports a transition of its own (see breaker.report).
 func (c *Coordinator) op(ctx context.Context, name, scope string, p coordinator.Policy, f func(b *breaker, r *rules, now int64) *coordinator.Transition) error {
+	return c.locked(ctx, name, scope, p, func(r *rules, now int64) {
+		b := c.scopes[scope]
+		if b == nil || b.expired(now) {
+			b = born(scope, b, r, now)
+			c.scopes[scope] = b
+		}
+		if b.lapsed = b.lapse(r, now); b.lapsed != nil {
+			c.publish(b.lapsed)
+		}
+		if t := f(b, r, now); t != nil && t != b.lapsed {
+			c.publish(t)
+		}
+		b.lapsed = nil
+	})
+}
+
+// locked validates the policy and runs f under the lock with the time read
+// once.
+func (c *Coordinator) locked(ctx context.Context, name, scope string, p coordinator.Policy, f func(r *rules, now int64)) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory coordinator: %s %q: %w", name, scope, err)
 	}
@@ -70,31 +93,24 @@ func (c *Coordinator) op(ctx context.Context, name, scope string, p coordinator.
 	// Read under the lock, so that operations apply in clock order.
 	now := c.clock().UnixMilli()
 	c.sweep(now)
-	b := c.scopes[scope]
-	if b == nil || b.expired(now) {
-		b = &breaker{scope: scope}
-		c.scopes[scope] = b
-	}
-	if t := f(b, r, now); t != nil {
-		c.publish(t)
-	}
-	if b.expired(now) {
-		// Nothing worth keeping: a fresh breaker reads the same.
-		delete(c.scopes, scope)
-	}
+	f(r, now)
 	return nil
 }
 
 // sweep forgets closed scopes whose window has run out, visiting every
-// scope once per len(scopes) operations.
+// scope once per len(scopes) operations. A scope is dropped only once its
+// generation lies below now in the units of [coordinator.NextGeneration],
+// so that its next birth is the same with or without it: a generation
+// borrowed from a later millisecond must still be known to be skipped.
 func (c *Coordinator) sweep(now int64) {
 	c.ops++
 	if c.ops < len(c.scopes) {
 		return
 	}
 	c.ops = 0
+	floor := coordinator.NextGeneration(0, time.UnixMilli(now))
 	for s, b := range c.scopes {
-		if b.expired(now) {
+		if b.expired(now) && b.gen < floor {
 			delete(c.scopes, s)
 		}
 	}
@@ -131,12 +147,12 @@ func (c *Coordinator) Settle(ctx context.Context, scope string, p coordinator.Po
 	return res, err
 }
 
-// Snapshot implements [coordinator.Coordinator].
+// Snapshot implements [coordinator.Coordinator]. It writes nothing: a
+// scope that is not born reads so, generation 0.
 func (c *Coordinator) Snapshot(ctx context.Context, scope string, p coordinator.Policy) (coordinator.Snapshot, error) {
 	var s coordinator.Snapshot
-	err := c.op(ctx, "snapshot", scope, p, func(b *breaker, r *rules, now int64) *coordinator.Transition {
-		s = b.snapshot(r, now)
-		return nil
+	err := c.locked(ctx, "snapshot", scope, p, func(r *rules, now int64) {
+		s = c.scopes[scope].snapshot(r, scope, now)
 	})
 	return s, err
 }

@@ -2,10 +2,12 @@ package memory_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
@@ -21,20 +23,23 @@ func recipe() coordinator.Policy {
 
 type recipeBreaker struct {
 	t     *testing.T
-	clock *clock
+	clock *coordinatortest.Clock
 	c     *memory.Coordinator
 }
 
 func newRecipe(t *testing.T) *recipeBreaker {
-	clk := newClock()
-	return &recipeBreaker{t: t, clock: clk, c: memory.New(memory.WithClock(clk.Now))}
+	c, clk := onFakeClock()
+	return &recipeBreaker{t: t, clock: clk, c: c}
 }
 
+// record admits one call per outcome, as callers do to learn the
+// generation to record under, and records them in one batch.
 func (r *recipeBreaker) record(failures ...bool) coordinator.Result {
 	r.t.Helper()
 	var outcomes []coordinator.Outcome
-	for _, f := range failures {
-		outcomes = append(outcomes, coordinator.Outcome{Failure: f})
+	for i, f := range failures {
+		d := r.admit(fmt.Sprint("call-", i))
+		outcomes = append(outcomes, coordinator.Outcome{Generation: d.Generation, Failure: f})
 	}
 	res, err := r.c.Record(context.Background(), "recipe", recipe(), outcomes)
 	if err != nil {
@@ -67,7 +72,7 @@ func (r *recipeBreaker) halfOpen() {
 	if res := r.record(true, false, true, false); res.State != coordinator.StateOpen {
 		r.t.Fatalf("2 failures of 4: %+v; want open", res)
 	}
-	r.clock.now = r.clock.now.Add(500 * time.Millisecond)
+	r.clock.Advance(500 * time.Millisecond)
 }
 
 func TestRecipeTwoFailuresOfFourTrip(t *testing.T) {
@@ -88,11 +93,11 @@ func TestRecipeOneFailureOfFourDoesNotTrip(t *testing.T) {
 func TestRecipeOpenForHalfASecond(t *testing.T) {
 	r := newRecipe(t)
 	r.record(true, true, true, true)
-	r.clock.now = r.clock.now.Add(499 * time.Millisecond)
+	r.clock.Advance(499 * time.Millisecond)
 	if d := r.admit("early"); d.Verdict != coordinator.Reject {
 		t.Errorf("after 499ms: %+v; want Reject", d)
 	}
-	r.clock.now = r.clock.now.Add(time.Millisecond)
+	r.clock.Advance(time.Millisecond)
 	if d := r.admit("on time"); d.Verdict != coordinator.Probe {
 		t.Errorf("after 500ms: %+v; want a probe", d)
 	}
@@ -115,12 +120,12 @@ func TestRecipeDeadProbersSlotComesBackAfterItsLease(t *testing.T) {
 	r := newRecipe(t)
 	r.halfOpen()
 	r.admit("dead")
-	r.clock.now = r.clock.now.Add(time.Second)
+	r.clock.Advance(time.Second)
 	live := r.admit("live")
 	if d := r.admit("waiting"); d.Verdict != coordinator.Reject {
 		t.Fatalf("with both slots held: %+v; want Reject", d)
 	}
-	r.clock.now = r.clock.now.Add(4 * time.Second) // the dead prober's lease ends
+	r.clock.Advance(4 * time.Second) // the dead prober's lease ends
 	if d := r.admit("waiting"); d.Verdict != coordinator.Probe {
 		t.Errorf("after the dead prober's lease: %+v; want its slot", d)
 	}

@@ -21,7 +21,7 @@ func (c *Coordinator) Watch(ctx context.Context) (coordinator.Watch, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memory coordinator: watch: %w", err)
 	}
-	w := &watch{c: c, ch: make(chan coordinator.Transition, feedBuffer), done: make(chan struct{})}
+	w := &watch{c: c, ch: make(chan delivery, feedBuffer), done: make(chan struct{})}
 	c.mu.Lock()
 	if c.watches == nil {
 		c.watches = make(map[*watch]struct{})
@@ -36,9 +36,9 @@ func (c *Coordinator) Watch(ctx context.Context) (coordinator.Watch, error) {
 func (c *Coordinator) publish(t *coordinator.Transition) {
 	for w := range c.watches {
 		w.mu.Lock()
-		if w.scopes[t.Scope] && !w.lost {
+		if f := w.scopes[t.Scope]; f != 0 && !w.lost {
 			select {
-			case w.ch <- *t:
+			case w.ch <- delivery{*t, f}:
 			default:
 				w.lost = true
 				close(w.done)
@@ -50,13 +50,24 @@ func (c *Coordinator) publish(t *coordinator.Transition) {
 
 type watch struct {
 	c    *Coordinator
-	ch   chan coordinator.Transition
+	ch   chan delivery
 	done chan struct{} // closed when lost or closed
 
-	mu     sync.Mutex
-	scopes map[string]bool
-	lost   bool
-	closed bool
+	mu sync.Mutex
+	// scopes maps each followed scope to the Follow that added it, so that
+	// a transition published before an Unfollow is dropped even when the
+	// scope is followed again before Next reads it.
+	scopes  map[string]uint64
+	follows uint64
+	lost    bool
+	closed  bool
+}
+
+// delivery is a transition on its way to the reader, with the Follow it
+// was published under.
+type delivery struct {
+	t      coordinator.Transition
+	follow uint64
 }
 
 var errWatchClosed = errors.New("memory coordinator: watch closed")
@@ -68,33 +79,66 @@ func (w *watch) Follow(ctx context.Context, scopes ...string) error {
 		return errWatchClosed
 	}
 	if w.scopes == nil {
-		w.scopes = make(map[string]bool, len(scopes))
+		w.scopes = make(map[string]uint64, len(scopes))
 	}
 	for _, s := range scopes {
-		w.scopes[s] = true
+		if w.scopes[s] == 0 {
+			w.follows++
+			w.scopes[s] = w.follows
+		}
+	}
+	return nil
+}
+
+func (w *watch) Unfollow(ctx context.Context, scopes ...string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return errWatchClosed
+	}
+	for _, s := range scopes {
+		delete(w.scopes, s)
 	}
 	return nil
 }
 
 func (w *watch) Next(ctx context.Context) (coordinator.Transition, error) {
+	for {
+		d, err := w.next(ctx)
+		if err != nil || w.current(d) {
+			return d.t, err
+		}
+		// Published before its scope was unfollowed.
+	}
+}
+
+// current reports whether d's scope is still followed by the Follow that
+// d was published under.
+func (w *watch) current(d delivery) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.scopes[d.t.Scope] == d.follow
+}
+
+func (w *watch) next(ctx context.Context) (delivery, error) {
 	// Deliver what was published before a loss or close first, in order.
 	select {
-	case t := <-w.ch:
-		return t, nil
+	case d := <-w.ch:
+		return d, nil
 	default:
 	}
 	select {
-	case t := <-w.ch:
-		return t, nil
+	case d := <-w.ch:
+		return d, nil
 	case <-w.done:
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if w.closed {
-			return coordinator.Transition{}, errWatchClosed
+			return delivery{}, errWatchClosed
 		}
-		return coordinator.Transition{}, fmt.Errorf("memory coordinator: reader fell %d transitions behind: %w", feedBuffer, coordinator.ErrFeedLost)
+		return delivery{}, fmt.Errorf("memory coordinator: reader fell %d transitions behind: %w", feedBuffer, coordinator.ErrFeedLost)
 	case <-ctx.Done():
-		return coordinator.Transition{}, ctx.Err()
+		return delivery{}, ctx.Err()
 	}
 }
 

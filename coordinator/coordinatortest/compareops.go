@@ -1,0 +1,305 @@
+package coordinatortest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// The operations [Compare]'s driver runs on both coordinators, each
+// checking that their answers agree.
+
+func (d *driver) outcome(s *cmpScope) coordinator.Outcome {
+	p := 0.1
+	if s.failing {
+		p = 0.7
+	}
+	o := coordinator.Outcome{Failure: d.rng.Float64() < p, Duration: time.Duration(d.rng.IntN(40)) * time.Millisecond}
+	if (s.failing && d.rng.IntN(2) == 0) || d.rng.IntN(10) == 0 {
+		o.Duration += 40 * time.Millisecond
+	}
+	return o
+}
+
+// pick returns a random call of s for which keep holds, or nil.
+func pick(d *driver, list []*call, s *cmpScope, keep func(*call) bool) *call {
+	var found []*call
+	for _, c := range list {
+		if c.s == s && keep(c) {
+			found = append(found, c)
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return found[d.rng.IntN(len(found))]
+}
+
+func remove(list []*call, c *call) []*call {
+	if i := slices.Index(list, c); i >= 0 {
+		return slices.Delete(list, i, i+1)
+	}
+	return list
+}
+
+func (d *driver) admit(s *cmpScope) {
+	d.next++
+	d.admitClaim(s, fmt.Sprintf("claim-%d", d.next), nil)
+}
+
+// readmit admits the claim of a probe in flight again, as a caller retrying
+// after a network error would.
+func (d *driver) readmit(s *cmpScope) {
+	c := pick(d, d.calls, s, func(c *call) bool { return c.probe && !c.lost })
+	if c == nil {
+		d.admit(s)
+		return
+	}
+	d.admitClaim(s, c.claim, c)
+}
+
+func (d *driver) admitClaim(s *cmpScope, claim string, again *call) {
+	ctx := context.Background()
+	rd, refErr := d.ref.Admit(ctx, s.alias, s.p, claim)
+	sd, sutErr := d.sut.Admit(ctx, s.name, s.p, claim)
+	d.note("admit s%d %s -> %s", s.index, claim, showDecision(rd))
+	d.noErr("Admit", refErr, sutErr)
+	if rd.Verdict != sd.Verdict || rd.State != sd.State || rd.RetryAfter != sd.RetryAfter || rd.Generation != sd.Generation {
+		d.fail("Admit(s%d, %s): reference %s, coordinator under test %s", s.index, claim, showDecision(rd), showDecision(sd))
+	}
+	d.sameTransition(s, "Admit("+claim+")", rd.Transition, sd.Transition)
+	d.learn(s, rd.Generation, rd.Transition)
+	switch rd.Verdict {
+	case coordinator.Allow:
+		d.hit(pathAdmitted)
+	case coordinator.Reject:
+		switch rd.State {
+		case coordinator.StateOpen:
+			d.hit(pathRejectedOpen)
+		case coordinator.StateIsolated:
+			d.hit(pathRejectedIsolated)
+		default:
+			d.hit(pathRejectedProbeLimit)
+		}
+		return
+	}
+	c := again
+	if c == nil {
+		c = &call{s: s, claim: claim}
+		d.calls = append(d.calls, c)
+	} else if rd.Verdict == coordinator.Probe && rd.Generation == c.gen && !d.now().Before(c.leaseEnd) {
+		d.hit(pathLeaseExpired)
+	}
+	if rd.Verdict == coordinator.Probe && (again == nil || rd.Generation != c.gen || !d.now().Before(c.leaseEnd)) {
+		c.leaseEnd = d.now().Add(s.p.ProbeLease)
+	}
+	c.probe = rd.Verdict == coordinator.Probe
+	c.gen = rd.Generation
+}
+
+func (d *driver) record(s *cmpScope) {
+	var cands []*call
+	for _, c := range d.calls {
+		if c.s == s && !c.probe {
+			cands = append(cands, c)
+		}
+	}
+	if len(cands) == 0 {
+		d.snapshot(s)
+		return
+	}
+	d.rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	b := &batch{s: s}
+	for _, c := range cands[:1+d.rng.IntN(min(4, len(cands)))] {
+		d.calls = remove(d.calls, c)
+		b.calls = append(b.calls, c)
+		b.outs = append(b.outs, d.outcome(s))
+	}
+	if d.rng.IntN(2) == 0 {
+		d.next++
+		b.id = fmt.Sprintf("batch-%d", d.next)
+		if len(d.batches) == 8 {
+			d.batches = d.batches[1:]
+		}
+		d.batches = append(d.batches, b)
+	}
+	d.send(b)
+}
+
+func (d *driver) retryBatch(s *cmpScope) {
+	var mine []*batch
+	for _, b := range d.batches {
+		if b.s == s {
+			mine = append(mine, b)
+		}
+	}
+	if len(mine) == 0 {
+		d.record(s)
+		return
+	}
+	d.send(mine[d.rng.IntN(len(mine))])
+}
+
+// send records a batch: all of it on the coordinator under test, and on
+// the reference what was admitted since the scope's last loss.
+func (d *driver) send(b *batch) {
+	s := b.s
+	var refOuts, sutOuts []coordinator.Outcome
+	lost := 0
+	for i, c := range b.calls {
+		o := b.outs[i]
+		o.Generation = c.gen
+		sutOuts = append(sutOuts, o)
+		if c.lost {
+			lost++
+			continue
+		}
+		refOuts = append(refOuts, o)
+	}
+	ctx := context.Background()
+	if b.id != "" {
+		ctx = coordinator.WithBatchID(ctx, b.id)
+	}
+	rr, refErr := d.ref.Record(ctx, s.alias, s.p, refOuts)
+	sr, sutErr := d.sut.Record(ctx, s.name, s.p, sutOuts)
+	d.note("record s%d batch %q %v (+%d lost) -> %s", s.index, b.id, refOuts, lost, showResult(rr))
+	d.noErr("Record", refErr, sutErr)
+	d.sameResult(s, fmt.Sprintf("Record(batch %q, %d outcomes)", b.id, len(sutOuts)), rr, sr, lost)
+	if rr.Stale > 0 {
+		d.hit(pathStaleOutcome)
+	}
+	if rr.State == coordinator.StateDisabled && rr.Stale < len(refOuts) {
+		d.hit(pathCountedDisabled)
+	}
+	if lost > 0 {
+		d.hit(pathFenced)
+	}
+}
+
+func (d *driver) settle(s *cmpScope) {
+	c := pick(d, d.calls, s, func(c *call) bool { return c.probe })
+	if c == nil {
+		d.admit(s)
+		return
+	}
+	d.calls = remove(d.calls, c)
+	if len(d.settled) == 16 {
+		d.settled = d.settled[1:]
+	}
+	d.settled = append(d.settled, c)
+	d.settleCall(c)
+}
+
+// settleStale settles a probe again, or a claim nobody made.
+func (d *driver) settleStale(s *cmpScope) {
+	if c := pick(d, d.settled, s, func(*call) bool { return true }); c != nil && d.rng.IntN(2) == 0 {
+		d.settleCall(c)
+		return
+	}
+	d.next++
+	d.settleCall(&call{s: s, claim: fmt.Sprintf("ghost-%d", d.next)})
+}
+
+// settleCall settles c on the coordinator under test. The reference settles
+// it too, unless it was admitted before a loss: the reference then runs
+// the rest of the operation, an empty Record, which writes as a Settle of
+// an unknown claim does.
+func (d *driver) settleCall(c *call) {
+	s := c.s
+	o := d.outcome(s)
+	o.Generation = c.gen
+	ctx := context.Background()
+	var rr coordinator.Result
+	var refErr error
+	if c.lost {
+		rr, refErr = d.ref.Record(ctx, s.alias, s.p, nil)
+	} else {
+		rr, refErr = d.ref.Settle(ctx, s.alias, s.p, c.claim, o)
+	}
+	sr, sutErr := d.sut.Settle(ctx, s.name, s.p, c.claim, o)
+	d.note("settle s%d %s %+v (lost: %v) -> %s", s.index, c.claim, o, c.lost, showResult(sr))
+	d.noErr("Settle", refErr, sutErr)
+	lost := 0
+	if c.lost {
+		lost = 1
+		d.hit(pathFenced)
+	}
+	d.sameResult(s, fmt.Sprintf("Settle(%s, %+v)", c.claim, o), rr, sr, lost)
+	switch {
+	case sr.Stale > 0:
+		d.hit(pathStaleSettle)
+		if c.probe && rr.Generation == c.gen && !d.now().Before(c.leaseEnd) {
+			d.hit(pathLeaseExpired)
+		}
+	case o.Failure || s.p.IsSlow(o.Duration):
+		d.hit(pathSettledFailure)
+	default:
+		d.hit(pathSettledSuccess)
+	}
+}
+
+func (d *driver) snapshot(s *cmpScope) {
+	ctx := context.Background()
+	rs, refErr := d.ref.Snapshot(ctx, s.alias, s.p)
+	ss, sutErr := d.sut.Snapshot(ctx, s.name, s.p)
+	d.note("snapshot s%d -> %s", s.index, showSnapshot(rs))
+	d.noErr("Snapshot", refErr, sutErr)
+	if ss.Scope != s.name {
+		d.fail("Snapshot(s%d): scope %q; want %q", s.index, ss.Scope, s.name)
+	}
+	rs.Scope = ss.Scope
+	if !sameSnapshot(rs, ss) {
+		d.fail("Snapshot(s%d): reference %s, coordinator under test %s", s.index, showSnapshot(rs), showSnapshot(ss))
+	}
+}
+
+func (d *driver) abandon(s *cmpScope) {
+	if c := pick(d, d.calls, s, func(*call) bool { return true }); c != nil {
+		d.calls = remove(d.calls, c)
+		d.note("abandon s%d %s", s.index, c.claim)
+	}
+}
+
+// control runs an operator's command on both coordinators. Manual states
+// are kept short, so that the other paths stay reachable: a command on an
+// isolated or disabled scope mostly undoes it, and most isolations are for
+// a set time.
+func (d *driver) control(s *cmpScope) {
+	ctx := context.Background()
+	rs, err := d.ref.Snapshot(ctx, s.alias, s.p)
+	if err != nil {
+		d.fail("Snapshot: reference: %v", err)
+	}
+	ops := []string{"isolate", "disable", "release", "enable"}
+	op := ops[d.rng.IntN(len(ops))]
+	switch {
+	case rs.State == coordinator.StateIsolated && d.rng.IntN(4) > 0:
+		op = "release"
+	case rs.State == coordinator.StateDisabled && d.rng.IntN(4) > 0:
+		op = []string{"enable", "release"}[d.rng.IntN(2)]
+	}
+	d.next++
+	n := coordinator.Note{By: "compare", Reason: fmt.Sprintf("%s-%d", op, d.next)}
+	if op == "isolate" && d.rng.IntN(4) > 0 {
+		n.For = time.Duration(1+d.rng.IntN(600)) * time.Millisecond
+	}
+	run := func(c coordinator.Controller, scope string) (coordinator.Result, error) {
+		switch op {
+		case "isolate":
+			return c.Isolate(ctx, scope, s.p, n)
+		case "disable":
+			return c.Disable(ctx, scope, s.p, n)
+		case "release":
+			return c.Release(ctx, scope, s.p, n)
+		}
+		return c.Enable(ctx, scope, s.p, n)
+	}
+	rr, refErr := run(d.ref, s.alias)
+	sr, sutErr := run(d.ctl, s.name)
+	d.note("%s s%d %+v -> %s", op, s.index, n, showResult(rr))
+	d.noErr(op, refErr, sutErr)
+	d.sameResult(s, fmt.Sprintf("%s(%+v)", op, n), rr, sr, 0)
+}
