@@ -1,6 +1,9 @@
 // Package redistest starts real redis-server processes for tests: a single
 // server on a free loopback port that a test can stop, pause, resume and
-// restart, and a three-node Redis Cluster. Nothing is persisted; every
+// restart ([Start]); a master, its replica and a Sentinel that can fail
+// over between them, keeping or losing the last writes ([StartSentinel]);
+// and a three-master Redis Cluster, with or without a replica per master
+// ([StartCluster], [StartClusterWithReplicas]). Nothing is persisted; every
 // process is stopped by t.Cleanup.
 //
 // When redis-server is not installed the test is skipped, except under
@@ -17,7 +20,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -26,8 +28,25 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// startTimeout bounds how long a server may take to answer PING.
-const startTimeout = 10 * time.Second
+const (
+	// startTimeout bounds how long a server may take to answer PING.
+	startTimeout = 10 * time.Second
+	// waitTimeout bounds a wait for replication or a failover: they usually
+	// take well under two seconds, but CI has two cores and -race.
+	waitTimeout = 30 * time.Second
+)
+
+// kind is what a redis-server process is started as.
+type kind int
+
+const (
+	standalone kind = iota
+	// clusterNode also needs port+10000 free, for the cluster bus.
+	clusterNode
+	// sentinelNode needs a config file it can rewrite: Sentinel persists
+	// what it monitors there, so a restarted Sentinel still monitors it.
+	sentinelNode
+)
 
 // Server is one redis-server process on 127.0.0.1.
 type Server struct {
@@ -35,7 +54,9 @@ type Server struct {
 	bin  string
 	dir  string
 	port int
-	args []string
+	kind kind
+	// rdb is redistest's own client, for setting up and polling the server.
+	rdb *goredis.Client
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -61,27 +82,47 @@ func binary(t testing.TB, name string) string {
 // Start starts an empty redis-server on a free loopback port.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	return start(t, nil)
+	return start(t, standalone)
 }
 
-func start(t testing.TB, extra []string) *Server {
+func start(t testing.TB, k kind) *Server {
 	t.Helper()
-	s := &Server{t: t, bin: binary(t, "redis-server"), dir: t.TempDir(), args: extra}
+	s := &Server{t: t, bin: binary(t, "redis-server"), dir: t.TempDir(), kind: k}
 	t.Cleanup(s.Stop)
+	if k == sentinelNode {
+		if err := os.WriteFile(s.conf(), nil, 0o644); err != nil {
+			t.Fatalf("redistest: write sentinel config: %v", err)
+		}
+	}
 	// A free port found by listening may be taken before redis binds it:
 	// try a few.
 	var err error
 	for range 5 {
-		s.port, err = freePort(len(extra) > 0)
+		s.port, err = freePort(k == clusterNode)
 		if err != nil {
 			continue
 		}
 		if err = s.launch(); err == nil {
+			s.rdb = goredis.NewClient(adminOptions(s.Addr()))
+			t.Cleanup(func() { s.rdb.Close() })
 			return s
 		}
 	}
 	t.Fatalf("redistest: start redis-server: %v", err)
 	return nil
+}
+
+// adminOptions are the options of redistest's own clients. A context
+// deadline bounds every command, so a poll gives up on a paused server
+// instead of blocking for go-redis's default read timeout, and nothing is
+// retried: the poll loops retry.
+func adminOptions(addr string) *goredis.Options {
+	return &goredis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1}
+}
+
+// conf is the path of a Sentinel's config file.
+func (s *Server) conf() string {
+	return filepath.Join(s.dir, "sentinel.conf")
 }
 
 // freePort returns a loopback port nobody listens on. A cluster node also
@@ -118,8 +159,20 @@ func (s *Server) launch() error {
 		"--appendonly", "no",
 		"--dir", s.dir,
 		"--logfile", "redis.log",
+		// A full sync must not wait the default 5 s for more replicas.
+		"--repl-diskless-sync-delay", "0",
 	}
-	args = append(args, s.args...)
+	switch s.kind {
+	case clusterNode:
+		args = append(args,
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000",
+		)
+	case sentinelNode:
+		// The config file must be the first argument.
+		args = append([]string{s.conf(), "--sentinel"}, args...)
+	}
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
 	if err := cmd.Start(); err != nil {
@@ -228,6 +281,12 @@ func (s *Server) Resume() {
 	s.signal(syscall.SIGCONT, false)
 }
 
+func (s *Server) isPaused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paused
+}
+
 func (s *Server) signal(sig syscall.Signal, paused bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -257,62 +316,22 @@ func (s *Server) Restart() {
 	s.t.Fatalf("redistest: restart redis-server: %v", err)
 }
 
-// Cluster is a Redis Cluster of three masters without replicas.
-type Cluster struct {
-	Nodes []*Server
-}
-
-// StartCluster starts three cluster-enabled servers, assigns every slot
-// with redis-cli --cluster create and waits until each node reports
-// cluster_state:ok.
-func StartCluster(t testing.TB) *Cluster {
+// waitFor polls check until it returns nil and fails the test, naming what
+// it waited for and the last error, when timeout passes first. Each check
+// has a second: a paused server fails one check, not the whole wait.
+func waitFor(t testing.TB, timeout time.Duration, what string, check func(ctx context.Context) error) {
 	t.Helper()
-	cli := binary(t, "redis-cli")
-	c := &Cluster{}
-	for range 3 {
-		c.Nodes = append(c.Nodes, start(t, []string{
-			"--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "5000",
-		}))
-	}
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	out, err := exec.Command(cli, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("redistest: redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	ctx := context.Background()
-	deadline := time.Now().Add(30 * time.Second)
-	for _, n := range c.Nodes {
-		rdb := n.Client(t)
-		for {
-			info, err := rdb.ClusterInfo(ctx).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("redistest: cluster not ok on %s: %v\n%s", n.Addr(), err, info)
-			}
-			time.Sleep(50 * time.Millisecond)
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := check(ctx)
+		cancel()
+		if err == nil {
+			return
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: %s: not done within %v: %v", what, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return c
-}
-
-// Addrs are the nodes' addresses.
-func (c *Cluster) Addrs() []string {
-	addrs := make([]string, len(c.Nodes))
-	for i, n := range c.Nodes {
-		addrs[i] = n.Addr()
-	}
-	return addrs
-}
-
-// Client returns a cluster client, closed by t.Cleanup.
-func (c *Cluster) Client(t testing.TB) *goredis.ClusterClient {
-	t.Helper()
-	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: c.Addrs()})
-	t.Cleanup(func() { cc.Close() })
-	return cc
 }

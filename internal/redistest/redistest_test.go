@@ -2,7 +2,6 @@ package redistest_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,12 +11,11 @@ import (
 )
 
 func TestServerLifecycle(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := redistest.Start(t)
 	rdb := s.Client(t)
-	if err := rdb.Set(ctx, "k", "v", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	mustSet(t, rdb, "k", "v")
 
 	s.Pause()
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -48,27 +46,16 @@ func TestServerLifecycle(t *testing.T) {
 	}
 }
 
-func TestCluster(t *testing.T) {
-	ctx := context.Background()
-	c := redistest.StartCluster(t)
-	cc := c.Client(t)
-	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
-		if err := cc.Set(ctx, k, k, 0).Err(); err != nil {
-			t.Fatalf("SET %s: %v", k, err)
-		}
+func mustSet(t *testing.T, c goredis.Cmdable, key, value string) {
+	t.Helper()
+	if err := c.Set(context.Background(), key, value, 0).Err(); err != nil {
+		t.Fatalf("SET %s: %v", key, err)
 	}
-	var mu sync.Mutex
-	masters := 0
-	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
-		mu.Lock()
-		defer mu.Unlock()
-		masters++
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if masters != 3 {
-		t.Errorf("cluster has %d masters, want 3", masters)
+}
+
+func mustGet(t *testing.T, c goredis.Cmdable, key, want string) {
+	t.Helper()
+	if got, err := c.Get(context.Background(), key).Result(); err != nil || got != want {
+		t.Fatalf("GET %s = %q, %v; want %q", key, got, err, want)
 	}
 }
