@@ -6,10 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -100,13 +102,10 @@ type fleet struct {
 
 func (f *fleet) trip(scope string) {
 	f.t.Helper()
-	s, err := f.c.Snapshot(context.Background(), scope, f.p)
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	d := f.admit(scope)
 	out := make([]coordinator.Outcome, f.p.MinCalls)
 	for i := range out {
-		out[i] = coordinator.Outcome{Generation: s.Generation, Failure: true}
+		out[i] = coordinator.Outcome{Generation: d.Generation, Failure: true}
 	}
 	res, err := f.c.Record(context.Background(), scope, f.p, out)
 	if err != nil || res.Transition == nil {
@@ -121,6 +120,26 @@ func (f *fleet) admit(scope string) coordinator.Decision {
 		f.t.Fatal(err)
 	}
 	return d
+}
+
+// generation is the generation scope is in now.
+func (f *fleet) generation(scope string) uint64 {
+	f.t.Helper()
+	s, err := f.c.Snapshot(context.Background(), scope, f.p)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return s.Generation
+}
+
+// wantChange runs cbctl, which must succeed, and checks that it printed
+// line, with %d standing for the generation scope is in afterwards.
+func (c *cli) wantChange(f *fleet, scope, line string, args ...string) {
+	c.t.Helper()
+	r := c.want(0, "", "", args...)
+	if want := fmt.Sprintf(line, f.generation(scope)); !strings.Contains(r.stdout, want) {
+		c.t.Errorf("cbctl %q printed:\n%s\nwant %q", args, r.stdout, want)
+	}
 }
 
 func newFleet(t *testing.T, rdb goredis.UniversalClient) *fleet {
@@ -139,7 +158,8 @@ func TestCLI(t *testing.T) {
 	c.want(3, "", `cbctl: show: scope nowhere not found`, "show", "nowhere")
 
 	f.trip("svc/pkg.S/Trip")
-	if _, err := f.c.Record(context.Background(), "svc/pkg.S/Fine", f.p, []coordinator.Outcome{{}, {Failure: true}}); err != nil {
+	fine := f.admit("svc/pkg.S/Fine").Generation
+	if _, err := f.c.Record(context.Background(), "svc/pkg.S/Fine", f.p, []coordinator.Outcome{{Generation: fine}, {Generation: fine, Failure: true}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -147,8 +167,8 @@ func TestCLI(t *testing.T) {
 	c.want(2, "", "cbctl: isolate: invalid note: a reason is required to isolate a breaker", "isolate", "svc/pkg.S/Down")
 	c.want(2, "", "cbctl: isolate: invalid note: For is -1s", "isolate", "svc/pkg.S/Down", "--reason", "x", "--for", "-1s")
 	c.want(2, "", "want one SCOPE, got 0 arguments", "isolate", "--reason", "x")
-	c.want(0, "closed -> isolated gen 1: isolated by alice for 1h0m0s: payments outage",
-		"", "isolate", "svc/pkg.S/Down", "--for", "1h", "--reason", "payments outage", "--by", "alice")
+	c.wantChange(f, "svc/pkg.S/Down", "closed -> isolated gen %d: isolated by alice for 1h0m0s: payments outage",
+		"isolate", "svc/pkg.S/Down", "--for", "1h", "--reason", "payments outage", "--by", "alice")
 	if d := f.admit("svc/pkg.S/Down"); d.Verdict != coordinator.Reject || d.State != coordinator.StateIsolated {
 		t.Errorf("the fleet's Admit of the isolated scope: %+v; want Reject", d)
 	}
@@ -160,10 +180,11 @@ func TestCLI(t *testing.T) {
 		fields := strings.Fields(line)
 		rows[fields[0]] = fields
 	}
+	gen := func(scope string) string { return strconv.FormatUint(f.generation(scope), 10) }
 	for scope, want := range map[string][]string{
-		"svc/pkg.S/Down": {"isolated", "1", "0", "0", "0"},
-		"svc/pkg.S/Fine": {"closed", "0", "2", "1", "0", "-", "0", "-"},
-		"svc/pkg.S/Trip": {"open", "1", "0", "0", "0"},
+		"svc/pkg.S/Down": {"isolated", gen("svc/pkg.S/Down"), "0", "0", "0"},
+		"svc/pkg.S/Fine": {"closed", gen("svc/pkg.S/Fine"), "2", "1", "0", "-", "0", "-"},
+		"svc/pkg.S/Trip": {"open", gen("svc/pkg.S/Trip"), "0", "0", "0"},
 	} {
 		if got := rows[scope]; len(got) < len(want)+1 || strings.Join(got[1:len(want)+1], " ") != strings.Join(want, " ") {
 			t.Errorf("list row of %s: %q; want it to start with %q\n%s", scope, got, want, r.stdout)
@@ -184,19 +205,19 @@ func TestCLI(t *testing.T) {
 	c.want(0, "state:                isolated", "", "show", "svc/pkg.S/Down")
 	r = c.want(0, "", "", "show", "--json", "svc/pkg.S/Trip")
 	var s snapshotJSON
-	if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || s.State != "open" || s.Generation != 1 || s.OpenUntil == "" || s.Operator != nil {
+	if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || s.State != "open" || s.Generation != f.generation("svc/pkg.S/Trip") || s.OpenUntil == "" || s.Operator != nil {
 		t.Errorf("show --json of the open scope: %+v, %v\n%s", s, err, r.stdout)
 	}
 
 	// release
-	c.want(0, "isolated -> closed gen 2: released by tester: fixed", "", "release", "svc/pkg.S/Down", "--reason", "fixed")
-	c.want(0, "unchanged: svc/pkg.S/Down is closed in generation 2", "", "release", "svc/pkg.S/Down")
+	c.wantChange(f, "svc/pkg.S/Down", "isolated -> closed gen %d: released by tester: fixed", "release", "svc/pkg.S/Down", "--reason", "fixed")
+	c.wantChange(f, "svc/pkg.S/Down", "unchanged: svc/pkg.S/Down is closed in generation %d", "release", "svc/pkg.S/Down")
 	c.want(3, "", "cbctl: release: scope svc/pkg.S/Typo not found", "release", "svc/pkg.S/Typo")
-	c.want(0, "open -> closed gen 2: released by tester", "", "release", "svc/pkg.S/Trip")
+	c.wantChange(f, "svc/pkg.S/Trip", "open -> closed gen %d: released by tester", "release", "svc/pkg.S/Trip")
 
 	// disable and enable
 	f.trip("svc/pkg.S/Trip")
-	c.want(0, "open -> disabled gen 4: disabled by tester: flapping", "", "disable", "--reason", "flapping", "svc/pkg.S/Trip")
+	c.wantChange(f, "svc/pkg.S/Trip", "open -> disabled gen %d: disabled by tester: flapping", "disable", "--reason", "flapping", "svc/pkg.S/Trip")
 	if d := f.admit("svc/pkg.S/Trip"); d.Verdict != coordinator.Allow || d.State != coordinator.StateDisabled {
 		t.Errorf("the fleet's Admit of the disabled scope: %+v; want Allow", d)
 	}
@@ -213,8 +234,8 @@ func TestCLI(t *testing.T) {
 	}
 
 	// odd scopes: quoted in tables, "--" for one that starts with a dash
-	c.want(0, `closed -> isolated gen 1`, "", "isolate", "--reason", "odd", "--", "-dash scope")
-	if r := c.want(0, `"-dash scope" `, "", "list"); !strings.Contains(strings.Join(strings.Fields(r.stdout), " "), `"-dash scope" isolated 1`) {
+	c.wantChange(f, "-dash scope", "closed -> isolated gen %d", "isolate", "--reason", "odd", "--", "-dash scope")
+	if r := c.want(0, `"-dash scope" `, "", "list"); !strings.Contains(strings.Join(strings.Fields(r.stdout), " "), `"-dash scope" isolated `+gen("-dash scope")) {
 		t.Errorf("list: want the dash scope quoted and isolated:\n%s", r.stdout)
 	}
 
@@ -254,7 +275,7 @@ func TestCLICluster(t *testing.T) {
 	for _, s := range scopes {
 		f.trip(s)
 	}
-	c.want(0, "open -> isolated gen 2", "", "isolate", "--cluster", "c/z", "--reason", "cluster")
+	c.wantChange(f, "c/z", "open -> isolated gen %d", "isolate", "--cluster", "c/z", "--reason", "cluster")
 	r := c.want(0, "", "", "list", "--cluster", "--json")
 	var list []snapshotJSON
 	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
@@ -300,10 +321,12 @@ func TestCLIWatch(t *testing.T) {
 	}()
 
 	ctx := context.Background()
-	if _, err := f.c.Isolate(ctx, "svc/watched", f.p, coordinator.Note{By: "alice", Reason: "watching"}); err != nil {
+	isolated, err := f.c.Isolate(ctx, "svc/watched", f.p, coordinator.Note{By: "alice", Reason: "watching"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.c.Release(ctx, "svc/watched", f.p, coordinator.Note{}); err != nil {
+	released, err := f.c.Release(ctx, "svc/watched", f.p, coordinator.Note{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	lines := make(chan string)
@@ -315,8 +338,8 @@ func TestCLIWatch(t *testing.T) {
 		close(lines)
 	}()
 	for _, want := range []transitionJSON{
-		{Scope: "svc/watched", From: "open", To: "isolated", Generation: 2, Reason: "isolated by alice: watching"},
-		{Scope: "svc/watched", From: "isolated", To: "closed", Generation: 3, Reason: "released"},
+		{Scope: "svc/watched", From: "open", To: "isolated", Generation: isolated.Generation, Reason: "isolated by alice: watching"},
+		{Scope: "svc/watched", From: "isolated", To: "closed", Generation: released.Generation, Reason: "released"},
 	} {
 		select {
 		case line := <-lines:

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
@@ -82,7 +83,7 @@ func BenchmarkAdmitClosed(b *testing.B) {
 	rdb := redistest.Start(b).Client(b)
 	c := New(rdb)
 	p := benchPolicy(10)
-	if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{}}); err != nil {
+	if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: birth(b, c, p)}}); err != nil {
 		b.Fatal(err)
 	}
 	measure(b, rdb, func(i int) {
@@ -101,15 +102,19 @@ func BenchmarkRecord(b *testing.B) {
 				ctx := context.Background()
 				rdb := redistest.Start(b).Client(b)
 				p := benchPolicy(buckets)
-				now := time.UnixMilli(1_800_000_000_000)
-				c := New(rdb, WithClock(func() time.Time { return now }))
+				clock := coordinatortest.NewClock()
+				c := New(rdb, WithClock(clock.Now))
 				outcomes := make([]coordinator.Outcome, batch)
+				gen := birth(b, c, p)
+				for i := range outcomes {
+					outcomes[i].Generation = gen
+				}
 				for i := range buckets {
-					now = now.Add(p.BucketWidth())
+					clock.Advance(p.BucketWidth())
 					c.Record(coordinator.WithBatchID(ctx, fmt.Sprint("warm", i)), "s", p, outcomes)
 				}
 				measure(b, rdb, func(i int) {
-					now = now.Add(p.BucketWidth())
+					clock.Advance(p.BucketWidth())
 					res, err := c.Record(coordinator.WithBatchID(ctx, strconv.Itoa(i)), "s", p, outcomes)
 					if err != nil || res.Stale != 0 {
 						b.Fatal(res, err)
@@ -123,15 +128,15 @@ func BenchmarkRecord(b *testing.B) {
 func BenchmarkAdmitHalfOpen(b *testing.B) {
 	ctx := context.Background()
 	rdb := redistest.Start(b).Client(b)
-	now := time.UnixMilli(1_800_000_000_000)
-	c := New(rdb, WithClock(func() time.Time { return now }))
+	clock := coordinatortest.NewClock()
+	c := New(rdb, WithClock(clock.Now))
 	p := benchPolicy(10)
 	p.ProbeLease = time.Millisecond
-	halfOpen(b, c, p, &now)
+	halfOpen(b, c, p, clock)
 	// Each admission finds the previous lease expired, prunes it and
 	// claims a slot.
 	measure(b, rdb, func(i int) {
-		now = now.Add(p.ProbeLease)
+		clock.Advance(p.ProbeLease)
 		if d, err := c.Admit(ctx, "s", p, strconv.Itoa(i)); err != nil || d.Verdict != coordinator.Probe {
 			b.Fatal(d, err)
 		}
@@ -141,16 +146,16 @@ func BenchmarkAdmitHalfOpen(b *testing.B) {
 func BenchmarkSettle(b *testing.B) {
 	ctx := context.Background()
 	rdb := redistest.Start(b).Client(b)
-	now := time.UnixMilli(1_800_000_000_000)
-	c := New(rdb, WithClock(func() time.Time { return now }))
+	clock := coordinatortest.NewClock()
+	c := New(rdb, WithClock(clock.Now))
 	p := benchPolicy(10)
-	gen := halfOpen(b, c, p, &now)
+	gen := halfOpen(b, c, p, clock)
 	// Leases for every settlement, written directly: claiming b.N slots
 	// through Admit would cost O(b.N) each.
 	k := scopeKeys(DefaultPrefix, "s")
 	pipe := rdb.Pipeline()
 	for i := range b.N {
-		pipe.HSet(ctx, k[2], strconv.Itoa(i), now.Add(time.Hour).UnixMilli())
+		pipe.HSet(ctx, k[keyProbes], strconv.Itoa(i), clock.Now().Add(time.Hour).UnixMilli())
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		b.Fatal(err)
@@ -162,20 +167,31 @@ func BenchmarkSettle(b *testing.B) {
 	})
 }
 
+// birth gives birth to scope "s" and returns its generation.
+func birth(b *testing.B, c *Coordinator, p coordinator.Policy) uint64 {
+	d, err := c.Admit(context.Background(), "s", p, "birth")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d.Generation
+}
+
 // halfOpen trips scope "s" and lets a first probe through.
-func halfOpen(b *testing.B, c *Coordinator, p coordinator.Policy, now *time.Time) uint64 {
+func halfOpen(b *testing.B, c *Coordinator, p coordinator.Policy, clock *coordinatortest.Clock) uint64 {
 	ctx := context.Background()
-	if _, err := c.Record(ctx, "s", p, make([]coordinator.Outcome, p.MinCalls)); err != nil {
-		b.Fatal(err)
-	}
-	fails := make([]coordinator.Outcome, p.MinCalls)
+	gen := birth(b, c, p)
+	oks, fails := make([]coordinator.Outcome, p.MinCalls), make([]coordinator.Outcome, p.MinCalls)
 	for i := range fails {
-		fails[i].Failure = true
+		oks[i].Generation = gen
+		fails[i] = coordinator.Outcome{Generation: gen, Failure: true}
 	}
-	if _, err := c.Record(ctx, "s", p, fails); err != nil {
+	if _, err := c.Record(ctx, "s", p, oks); err != nil {
 		b.Fatal(err)
 	}
-	*now = now.Add(p.OpenFor)
+	if res, err := c.Record(ctx, "s", p, fails); err != nil || res.State != coordinator.StateOpen {
+		b.Fatal(res, err)
+	}
+	clock.Advance(p.OpenFor)
 	d, err := c.Admit(ctx, "s", p, "first")
 	if err != nil || d.Verdict != coordinator.Probe {
 		b.Fatal(d, err)

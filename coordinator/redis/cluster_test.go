@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
@@ -22,7 +23,7 @@ func clusterScopes(t *testing.T, c *redistest.Cluster) []string {
 			t.Fatalf("no scope lands on some node: %v", byNode)
 		}
 		scope := fmt.Sprintf("svc-%d/pkg.Service/Method", i)
-		node, err := cc.MasterForKey(ctx, scopeKeys(DefaultPrefix, scope)[0])
+		node, err := cc.MasterForKey(ctx, scopeKeys(DefaultPrefix, scope)[keyState])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,8 +45,8 @@ func TestCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t)
 	cc := cluster.Client(t)
 	ctx := context.Background()
-	now := time.UnixMilli(1_800_000_000_000)
-	c := New(cc, WithClock(func() time.Time { return now }))
+	clock := coordinatortest.NewClock()
+	c := New(cc, WithClock(clock.Now))
 	p := coordinator.Policy{
 		Window: 10 * time.Second, Buckets: 10, MinCalls: 4, FailureRatio: 0.5,
 		OpenFor: time.Second, MaxOpenFor: 4 * time.Second,
@@ -53,8 +54,13 @@ func TestCluster(t *testing.T) {
 	}
 	for _, scope := range clusterScopes(t, cluster) {
 		t.Run(fmt.Sprintf("%q", scope), func(t *testing.T) {
+			d, err := c.Admit(ctx, scope, p, "born")
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := d.Generation
 			batch := coordinator.WithBatchID(ctx, "b1")
-			res, err := c.Record(batch, scope, p, []coordinator.Outcome{{}, {Failure: true}, {}, {Failure: true}})
+			res, err := c.Record(batch, scope, p, []coordinator.Outcome{{Generation: g}, {Generation: g, Failure: true}, {Generation: g}, {Generation: g, Failure: true}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,19 +69,19 @@ func TestCluster(t *testing.T) {
 				t.Fatalf("Record = %+v, %+v; want a trip on 2/4", res, tr)
 			}
 			k := scopeKeys(DefaultPrefix, scope)
-			node, err := cc.MasterForKey(ctx, k[0])
+			node, err := cc.MasterForKey(ctx, k[keyState])
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := node.Exists(ctx, k[0], k[3]).Val(); n != 2 {
-				t.Fatalf("%d of state and batch keys on %s, want both", n, node.Options().Addr)
+			if n := node.Exists(ctx, k[keyState], k[keyWindow], k[keyBatches]).Val(); n != 3 {
+				t.Fatalf("%d of state, window and batch keys on %s, want all", n, node.Options().Addr)
 			}
-			if got := node.HGet(ctx, k[0], "scope").Val(); got != scope {
+			if got := node.HGet(ctx, k[keyState], "scope").Val(); got != scope {
 				t.Fatalf("state hash holds scope %q", got)
 			}
 
-			now = now.Add(p.OpenFor)
-			d, err := c.Admit(ctx, scope, p, "probe")
+			clock.Advance(p.OpenFor)
+			d, err = c.Admit(ctx, scope, p, "probe")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -37,10 +37,5 @@ func (c *Coordinator) control(ctx context.Context, op, scope string, p coordinat
 	if err := n.Validate(op); err != nil {
 		return coordinator.Result{}, opError(op, scope, err)
 	}
-	reply, err := c.call(ctx, c.scripts.control, op, scope, p, true,
-		op, n.By, n.Reason, n.For.Milliseconds(), n.Describe(op))
-	if err != nil {
-		return coordinator.Result{}, err
-	}
-	return c.result(op, scope, reply)
+	return c.result(ctx, c.scripts.control, op, scope, p, op, n.By, n.Reason, n.For.Milliseconds(), n.Describe(op))
 }

@@ -1,67 +1,64 @@
 -- control.lua: the operator's commands of coordinator.Controller. Runs
 -- after lib.lua.
 --
--- KEYS: 1 state, 2 window, 3 leases, 4 batches, 5 channel (see lib.lua)
--- ARGV: 1 now ms or '', 2 bucket width ms, 3 buckets, 4 fresh generation,
---   5 scope, 6 GC margin ms, 7 command (isolate, release, disable, enable),
---   8 note by, 9 note reason, 10 note for ms (isolate; 0 = until
---   released), 11 the reason of the transition the command makes
--- Reply: see result in lib.lua.
+-- KEYS: state, window, probes, batches, transitions (see lib.lua)
+-- ARGV: 1-5 see lib.lua; 6 command (isolate, release, disable, enable),
+--   7 note by, 8 note reason, 9 note for ms (isolate; 0 = until released),
+--   10 the reason of the transition the command makes
+-- Reply: see reply in lib.lua, then 0 (nothing is stale).
+local COMMAND = ARGV[6]
+local NOTE_BY = ARGV[7]
+local NOTE_REASON = ARGV[8]
+local NOTE_FOR = tonumber(ARGV[9])
+local REASON = ARGV[10]
 
-local s = load(true)
--- An isolation that ended is released first; both transitions go out.
-local ended = false
-if isolation_over(s) then
-  close(s)
-  ended = {ISOLATED, CLOSED, s.g, ENDED}
+if COMMAND ~= 'isolate' and COMMAND ~= 'release' and COMMAND ~= 'disable' and COMMAND ~= 'enable' then
+  return redis.error_reply('unknown command ' .. COMMAND)
 end
+
+-- An isolation that ended is released first; reply publishes both
+-- transitions.
+local s = begin()
 
 local function note()
-  redis.call('HSET', KS, 'nb', ARGV[8], 'nr', ARGV[9], 'nf', ARGV[10], 'na', int(NOW))
+  redis.call('HSET', KEY_STATE, 'note_by', NOTE_BY, 'note_reason', NOTE_REASON,
+    'note_for', int(NOTE_FOR), 'noted_at', int(NOW))
 end
 
-local cmd = ARGV[7]
-local from = s.st
-if cmd == 'isolate' then
+local from = s.state
+if COMMAND == 'isolate' then
   local till = 0
-  if tonumber(ARGV[10]) > 0 then
-    till = NOW + tonumber(ARGV[10])
+  if NOTE_FOR > 0 then
+    till = NOW + NOTE_FOR
   end
   if from ~= ISOLATED then
-    restart(s, ISOLATED, {oa = NOW, ou = till})
+    restart(s, ISOLATED, {opened_at = NOW, open_until = till})
   else
     -- Isolating again replaces the end and the note only.
-    s.ou = till
+    s.open_until = till
     save(s, false)
   end
   note()
-elseif cmd == 'release' then
+elseif COMMAND == 'release' then
   if from ~= CLOSED then
     close(s)
   end
-elseif cmd == 'disable' then
+elseif COMMAND == 'disable' then
   if from ~= DISABLED then
     restart(s, DISABLED)
   end
   note()
-elseif cmd == 'enable' then
-  if from == DISABLED then
-    s.st = CLOSED
-    -- Kept for a window from now, as after a recovery: past every bucket
-    -- counted while disabled.
-    s.exp = (IDX + NB) * WIDTH
-    save(s, false)
-    redis.call('HDEL', KS, 'nb', 'nr', 'nf', 'na')
-  end
-else
-  return redis.error_reply('unknown command ' .. cmd)
+elseif from == DISABLED then -- enable
+  s.state = CLOSED
+  -- Kept for a window from now, as after a recovery: past every bucket
+  -- counted while disabled.
+  s.expires_at = keep()
+  save(s, false)
+  forget_note()
 end
 
-local tr = ended
-if s.st ~= from then
-  if ended then
-    publish(ended)
-  end
-  tr = {from, s.st, s.g, ARGV[11]}
+local tr = false
+if s.state ~= from then
+  tr = transition(s, from, REASON)
 end
-return result(s, 0, tr)
+return reply(s, tr, nil, 0)

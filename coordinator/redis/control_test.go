@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
@@ -36,15 +37,16 @@ func TestManualStatesNeverExpire(t *testing.T) {
 		}
 	}
 	batch := coordinator.WithBatchID(ctx, "b1")
-	if _, err := c.Record(batch, "s", p, []coordinator.Outcome{{}}); err != nil {
+	if _, err := c.Record(batch, "s", p, []coordinator.Outcome{{Generation: born(t, c, "s", p)}}); err != nil {
 		t.Fatal(err)
 	}
 	ttls("closed", false)
-	if _, err := c.Disable(ctx, "s", p, note); err != nil {
+	res, err := c.Disable(ctx, "s", p, note)
+	if err != nil {
 		t.Fatal(err)
 	}
 	ttls("disabled", true)
-	if _, err := c.Record(coordinator.WithBatchID(ctx, "b2"), "s", p, failures(0, 5)); err != nil {
+	if _, err := c.Record(coordinator.WithBatchID(ctx, "b2"), "s", p, failures(res.Generation, 5)); err != nil {
 		t.Fatal(err)
 	}
 	ttls("disabled, after Record", true)
@@ -56,7 +58,7 @@ func TestManualStatesNeverExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	ttls("isolated", true)
-	res, err := c.Release(ctx, "s", p, coordinator.Note{})
+	res, err = c.Release(ctx, "s", p, coordinator.Note{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +67,7 @@ func TestManualStatesNeverExpire(t *testing.T) {
 	}
 	ttls("released", false)
 	for _, k := range scopeKeys(t, rdb, cbredis.DefaultPrefix) {
-		if strings.HasSuffix(k, ":s") && rdb.HExists(ctx, k, "nr").Val() {
+		if strings.HasSuffix(k, ":state") && rdb.HExists(ctx, k, "note_reason").Val() {
 			t.Errorf("state hash %s keeps the operator's note after the release", k)
 		}
 	}
@@ -92,8 +94,8 @@ func TestLostIsolationRestartsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Verdict != coordinator.Allow || d.State != coordinator.StateClosed || d.Generation == res.Generation {
-		t.Fatalf("Admit after losing the isolated state = %+v; want Allow, closed, in a new generation", d)
+	if d.Verdict != coordinator.Allow || d.State != coordinator.StateClosed || d.Generation <= res.Generation {
+		t.Fatalf("Admit after losing the isolated state (generation %d) = %+v; want Allow, closed, in a newer generation", res.Generation, d)
 	}
 }
 
@@ -109,7 +111,7 @@ func TestListCluster(t *testing.T) {
 // characters, beside another deployment's scopes and a forgotten one.
 func testList(t *testing.T, rdb goredis.UniversalClient) {
 	ctx := context.Background()
-	clk := newClock()
+	clk := coordinatortest.NewClock()
 	const prefix = "li*st?[x]\\:"
 	c := cbredis.New(rdb, cbredis.WithClock(clk.Now), cbredis.WithPrefix(prefix))
 	other := cbredis.New(rdb, cbredis.WithClock(clk.Now), cbredis.WithPrefix("lixst:"))
@@ -122,10 +124,11 @@ func testList(t *testing.T, rdb goredis.UniversalClient) {
 			t.Fatal(err)
 		}
 	}
-	must(c.Record(ctx, "forgotten", p, []coordinator.Outcome{{}}))
+	must(c.Admit(ctx, "forgotten", p, "c"))
 	clk.Advance(p.Window)
-	must(c.Record(ctx, "closed", p, []coordinator.Outcome{{}, {Failure: true}}))
-	must(c.Record(ctx, "open {x}", p, failures(0, 2)))
+	gen := born(t, c, "closed", p)
+	must(c.Record(ctx, "closed", p, []coordinator.Outcome{{Generation: gen}, {Generation: gen, Failure: true}}))
+	must(c.Record(ctx, "open {x}", p, failures(born(t, c, "open {x}", p), 2)))
 	must(c.Isolate(ctx, "isolated", p, note))
 	must(c.Disable(ctx, "disabled", p, note))
 	must(other.Isolate(ctx, "elsewhere", p, note))
@@ -133,7 +136,7 @@ func testList(t *testing.T, rdb goredis.UniversalClient) {
 	for i := range 50 {
 		s := fmt.Sprintf("svc-%02d/pkg.Service/Method", i)
 		many = append(many, s)
-		must(c.Record(ctx, s, p, failures(0, 2)))
+		must(c.Record(ctx, s, p, failures(born(t, c, s, p), 2)))
 	}
 
 	list, err := c.List(ctx, p)

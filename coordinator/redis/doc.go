@@ -7,42 +7,74 @@
 //	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
 //	coord := cbredis.New(rdb)
 //
-// Each of Admit, Record and Settle is one Lua script call (EVALSHA, falling
-// back to EVAL when Redis has not cached the script), atomic on the server
-// and timed by the server's clock, so replicas with skewed clocks agree.
-// Admitting a call to a closed breaker reads and never writes.
+// Each operation is one Lua script call (EVALSHA, falling back to EVAL when
+// Redis has not cached the script), atomic on the server and timed by the
+// server's clock, so replicas with skewed clocks agree. Admitting a call to
+// a closed breaker reads and never writes, once the scope is born.
 //
-// A scope's keys are
+// # Keys
 //
-//	<prefix>{<sha256 of the scope, hex>}:s   state hash (and the readable scope, field "scope")
-//	<prefix>{<sha256 of the scope, hex>}:w   window: counters per time bucket
-//	<prefix>{<sha256 of the scope, hex>}:p   probe leases: claim -> deadline
-//	<prefix>{<sha256 of the scope, hex>}:b   the scope's recent batch IDs
-//	<prefix>{<sha256 of the scope, hex>}:t   the scope's transition channel (pub/sub, not a key)
+// A scope's keys are, with h the SHA-256 of the scope in hex:
+//
+//	<prefix>v2:{h}:state        hash: the breaker
+//	<prefix>v2:{h}:window       hash: the generation label and the buckets of the window
+//	<prefix>v2:{h}:probes       hash: probe leases, claim -> deadline (Unix ms)
+//	<prefix>v2:{h}:batches      list: the scope's recent batch IDs
+//	<prefix>v2:{h}:transitions  the scope's transition channel (pub/sub, not a key)
 //
 // under the prefix "cbgrpc:" unless [WithPrefix] says otherwise. The shared
 // hash tag puts them in one Redis Cluster slot, whatever bytes the scope
-// holds. Closed state and its window expire a moment after the window has
-// passed; open and half-open state never expires.
+// holds. "v2" is the version of this layout: coordinators of another layout
+// use other names, so a rolling deploy never mixes layouts (the old and the
+// new replicas then keep separate breakers until the deploy ends).
 //
-// The window key lives exactly as long as the state hash and carries its
-// generation. If the state hash vanishes on its own (eviction, a deleted
-// key) while it still mattered, the next Admit, Record or Settle finds the
-// window key alone and restarts the breaker closed in a random 44-bit
-// generation that no surviving bucket or outcome in flight carries. A
-// [Coordinator.Snapshot] taken before that write reports the scope as
-// generation 0 with no counts.
+// The state hash holds the fields state ("closed", "open", "half-open",
+// "isolated" or "disabled"), generation, opened_at, open_for, open_until,
+// consecutive_failures, probe_successes, expires_at (when a closed
+// generation is past keeping), scope (the readable scope, for operators)
+// and, while isolated or disabled, the operator's note: note_by,
+// note_reason, note_for, noted_at. Times are Unix milliseconds.
+//
+// The window hash keeps its metadata and its buckets apart by the form of
+// the field name: metadata fields are words (generation: the generation
+// its buckets belong to), bucket fields are decimal numbers (the bucket's
+// index, its start in Unix ms divided by the bucket width) holding "calls
+// failures slow". A field is read as a bucket only if it parses as a
+// number, so metadata can be added without a new layout.
+//
+// Closed state, its window and its batch IDs expire together a moment
+// after the window has passed (key TTLs are garbage collection only:
+// decisions compare expires_at with the clock). Open, half-open, isolated
+// and disabled state never expires.
+//
+// # Generations
+//
+// Every new generation is [coordinator.NextGeneration]: max(previous + 1,
+// now in ms × 1000), above every generation minted before. A scope is born
+// by its first Admit, Record, Settle or operator's command when it has no
+// state hash, or its closed state is past keeping; the previous generation
+// is then that of the expired state or, when the state hash is missing, the
+// label of the window key, which lives exactly as long as the state hash
+// (0 when neither is left). So a state hash lost on its own (eviction, a
+// deleted key) is a birth above the window's label: no outcome of the lost
+// generation is adopted, and no generation is handed out twice. A scope
+// whose keys Redis has deleted altogether is born at now × 1000. Snapshot
+// never gives birth: a scope that is not born reads as
+// coordinator.Snapshot{Scope: scope}, generation 0.
+//
+// # Transitions
 //
 // Every script that moves a breaker publishes the transition on the scope's
 // channel in the same step (SPUBLISH on a Redis Cluster, so the message
-// stays on the shard that owns the scope; PUBLISH on a single server).
-// [Coordinator.Watch] follows scopes on that feed ([coordinator.Watcher]).
+// stays on the shard that owns the scope; PUBLISH on a single server), as
+// "from to generation at open_until reason". [Coordinator.Watch] follows
+// scopes on that feed ([coordinator.Watcher]). Every write first ends an
+// isolation whose time has passed, and publishes that too.
 //
 // An operator's commands ([Coordinator.Isolate], Release, Disable and
 // Enable, of [coordinator.Controller]) run one script, control.lua, and
-// keep the operator's note in the state hash; isolated and disabled state
-// never expires. [Coordinator.List] finds every scope with SCAN (see its
-// cost there).
+// keep the operator's note in the state hash. [Coordinator.List] finds
+// every scope with SCAN (see its cost there).
 //
 // A retried Record cannot count twice when the caller marks it with
 // [coordinator.WithBatchID]: the last [coordinator.RecentBatches] batch IDs

@@ -5,17 +5,34 @@ import (
 	"encoding/hex"
 )
 
-// keys are a scope's keys, in the order the scripts take them. The last
-// is the scope's transition channel, passed with the keys so that it
-// shares their hash tag, and so their cluster slot: a sharded PUBLISH from
-// the script must stay in the slot the script runs in.
+// layout is the version of the key layout, part of every key and channel
+// name, so that coordinators of two layouts in one fleet (a rolling
+// deploy) never read or write each other's data.
+const layout = "v2"
+
+// keys are a scope's keys, in the order the scripts take them (see
+// lib.lua). The last is the scope's transition channel, passed with the
+// keys so that it shares their hash tag, and so their cluster slot: a
+// sharded PUBLISH from the script must stay in the slot the script runs in.
 type keys [5]string
+
+// Indexes of keys.
+const (
+	keyState = iota
+	keyWindow
+	keyProbes
+	keyBatches
+	keyChannel
+)
+
+// stateSuffix ends the name of every state hash, which List looks for.
+const stateSuffix = "}:state"
 
 // scopeKeys names the keys of scope. The hash tag is a digest of the
 // scope, so that any bytes (braces included) and any length make a short,
 // valid tag, and the full SHA-256 keeps two scopes from sharing a key.
 func scopeKeys(prefix, scope string) keys {
 	sum := sha256.Sum256([]byte(scope))
-	base := prefix + "{" + hex.EncodeToString(sum[:]) + "}:"
-	return keys{base + "s", base + "w", base + "p", base + "b", base + "t"}
+	base := prefix + layout + ":{" + hex.EncodeToString(sum[:])
+	return keys{base + stateSuffix, base + "}:window", base + "}:probes", base + "}:batches", base + "}:transitions"}
 }

@@ -1,8 +1,15 @@
 package redis
 
 import (
+	"context"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
+	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
 // hashTag returns the part of key Redis Cluster hashes: the text between
@@ -31,8 +38,8 @@ func FuzzScopeKeys(f *testing.F) {
 		}
 		seen := map[string]bool{}
 		for _, k := range ka {
-			if !strings.HasPrefix(k, DefaultPrefix) || strings.Count(k, "{") != 1 || strings.Count(k, "}") != 1 {
-				t.Fatalf("scope %q: key %q has not exactly one hash tag after the prefix", a, k)
+			if !strings.HasPrefix(k, DefaultPrefix+"v2:{") || strings.Count(k, "{") != 1 || strings.Count(k, "}") != 1 {
+				t.Fatalf("scope %q: key %q has not exactly one hash tag after the prefix and the layout", a, k)
 			}
 			if hashTag(k) != tag {
 				t.Fatalf("scope %q: key %q hashes as %q, not %q: another slot", a, k, hashTag(k), tag)
@@ -51,4 +58,71 @@ func FuzzScopeKeys(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Every key and the channel of a scope live under <prefix>v2:{, so that a
+// coordinator of another layout never touches them; the state hash holds
+// the fields doc.go names.
+func TestKeysLiveUnderTheLayoutVersion(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	clock := coordinatortest.NewClock()
+	const prefix = "deploy:"
+	c := New(rdb, WithClock(clock.Now), WithPrefix(prefix))
+	p := watchPolicy
+	follow(t, ctx, c, "s")
+	// Every key at once: a remembered batch, then half-open with a lease.
+	d, err := c.Admit(ctx, "s", p, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Record(coordinator.WithBatchID(ctx, "b"), "s", p, []coordinator.Outcome{{Generation: d.Generation, Failure: true}}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(p.OpenFor)
+	if d, err := c.Admit(ctx, "s", p, "probe"); err != nil || d.Verdict != coordinator.Probe {
+		t.Fatalf("Admit after the open period = %+v, %v", d, err)
+	}
+
+	layout := regexp.MustCompile(`^deploy:v2:\{[0-9a-f]{64}\}:(state|window|probes|batches|transitions)$`)
+	k := scopeKeys(prefix, "s")
+	got, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	want := []string{k[keyBatches], k[keyProbes], k[keyState], k[keyWindow]}
+	if !slices.Equal(got, want) {
+		t.Fatalf("keys %q; want %q", got, want)
+	}
+	channels, err := rdb.PubSubChannels(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(channels, []string{k[keyChannel]}) {
+		t.Fatalf("channels %q; want %q", channels, k[keyChannel])
+	}
+	for _, name := range append(got, channels...) {
+		if !layout.MatchString(name) {
+			t.Errorf("%q is not <prefix>v2:{<sha256>}:<name>", name)
+		}
+	}
+	fields, err := rdb.HKeys(ctx, k[keyState]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(fields)
+	if want := []string{"consecutive_failures", "expires_at", "generation", "open_for", "open_until", "opened_at", "probe_successes", "scope", "state"}; !slices.Equal(fields, want) {
+		t.Errorf("state hash fields %q; want %q", fields, want)
+	}
+	if got := rdb.HGet(ctx, k[keyState], "state").Val(); got != "half-open" {
+		t.Errorf("state field %q; want half-open", got)
+	}
+	window, err := rdb.HGetAll(ctx, k[keyWindow]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(window) != 1 || window["generation"] != rdb.HGet(ctx, k[keyState], "generation").Val() {
+		t.Errorf("window %q; want the generation label alone, the state's", window)
+	}
 }

@@ -1,51 +1,62 @@
--- lib.lua: shared by every script; the Go side prepends it to each one, so
--- each operation stays a single EVALSHA.
+-- lib.lua: shared by every script. The Go side prepends it, after a line
+-- naming the publish command (PUBLISH, or SPUBLISH on a Redis Cluster),
+-- to each script, so that every operation stays a single EVALSHA.
 --
--- KEYS (every script): 1 state hash, 2 window hash, 3 probe leases hash,
---   4 recent batch IDs list, 5 the transition channel (not a key). All
---   share one hash tag: one cluster slot.
--- PUBLISH is defined before this file by the Go side: 'SPUBLISH' (sharded,
--- on a Redis Cluster) or 'PUBLISH'.
--- ARGV (every script): 1 now in ms ('' = the server's TIME), 2 bucket width
---   in ms, 3 buckets. Writing scripts add: 4 a fresh random generation
---   (1..2^44) for lost state, 5 the readable scope, 6 the GC margin in ms.
+-- KEYS (every script; one hash tag, so one cluster slot):
+--   1 state        hash: the breaker (fields below)
+--   2 window       hash: field generation labels the buckets; every other
+--                  field is a bucket, named by its index (start ms / width),
+--                  holding "calls failures slow"
+--   3 probes       hash: probe leases, claim -> deadline ms
+--   4 batches      list: the batch IDs Record counted last
+--   5 transitions  the scope's pub/sub channel (not a key)
+-- ARGV (every script): 1 now ms ('' = the server's TIME), 2 bucket width ms,
+--   3 buckets. Scripts that write add 4 the readable scope and 5 the GC
+--   margin ms; each script's own ARGV follow, from 6 on.
 --
--- State hash fields: st (0 closed, 1 open, 2 half-open, 3 isolated,
--- 4 disabled), g generation, oa opened (or isolated) at, of current open
--- period, ou open until (isolated: its end, 0 = until released), cf
--- consecutive failures, ps probe successes, exp (closed only) when every
--- bucket the generation wrote has left the window, scope (for operators);
--- while isolated or disabled the operator's note: nb by, nr reason, nf for
--- (ms), na when.
--- Window hash: g = the generation its buckets belong to, x = exp of the
--- state (0 while open or half-open), and one field per
--- bucket index holding "calls failures slow". It lives exactly as long as
--- the state hash, so that a state hash lost on its own can be noticed.
--- Leases hash: claim -> deadline in ms; a deadline, never a key TTL.
+-- State hash fields: state (closed, open, half-open, isolated, disabled),
+-- generation, opened_at (when it last opened or was isolated), open_for
+-- (the current open period), open_until (end of the open period or of an
+-- isolation; 0 = none, or isolated until released), consecutive_failures,
+-- probe_successes, expires_at (closed: when every bucket its generation can
+-- write has left the window), scope (the readable scope, for operators),
+-- and while isolated or disabled the operator's note: note_by, note_reason,
+-- note_for (ms), noted_at. Times are Unix ms of the coordinator's clock.
+--
+-- The window key lives as long as the state hash and carries the
+-- generation of its buckets, so that a state hash lost on its own leaves
+-- the floor for the next generation behind.
 
-local KS, KW, KP, KB, KT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local CLOSED, OPEN, HALF, ISOLATED, DISABLED = 0, 1, 2, 3, 4
+local KEY_STATE, KEY_WINDOW, KEY_PROBES, KEY_BATCHES, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local NOW = tonumber(ARGV[1]) -- nil: the server's TIME, read below
+local WIDTH = tonumber(ARGV[2])
+local BUCKETS = tonumber(ARGV[3])
+local SCOPE = ARGV[4]
+local GC_MARGIN = tonumber(ARGV[5])
+
+local CLOSED, OPEN, HALF_OPEN, ISOLATED, DISABLED = 'closed', 'open', 'half-open', 'isolated', 'disabled'
+-- coordinator.State, as replies and the feed carry it
+local CODE = {closed = 0, open = 1, ['half-open'] = 2, isolated = 3, disabled = 4}
 -- coordinator.IsolationEnded
 local ENDED = 'isolation ended'
+-- The fields of the state hash that every script reads, in this order.
+local FIELDS = {'state', 'generation', 'opened_at', 'open_for', 'open_until',
+  'consecutive_failures', 'probe_successes', 'expires_at'}
+-- The operator's note, kept while isolated or disabled.
+local NOTE_FIELDS = {'note_by', 'note_reason', 'note_for', 'noted_at'}
 
--- Lua numbers are doubles; %d keeps integers below 2^53 exact and never
--- writes them in scientific notation (tostring would past 14 digits).
+if not NOW then
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local IDX = math.floor(NOW / WIDTH) -- the current bucket
+
+-- Lua numbers are doubles; %d keeps integers below 2^53 exact (generations
+-- are about 1.9e15) and never writes them in scientific notation, as
+-- tostring would past 14 digits.
 local function int(n)
   return string.format('%d', n)
 end
-
-local function clock(arg)
-  if arg ~= '' then
-    return tonumber(arg)
-  end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
-local NOW = clock(ARGV[1])
-local WIDTH = tonumber(ARGV[2])
-local NB = tonumber(ARGV[3])
-local IDX = math.floor(NOW / WIDTH)
 
 -- HDEL in chunks: unpack of a long list would overflow Lua's C stack.
 local function hdel(key, fields)
@@ -54,188 +65,232 @@ local function hdel(key, fields)
   end
 end
 
-local function live(bi)
-  return bi > IDX - NB and bi <= IDX
+-- keep is when a closed generation written now may be forgotten: once
+-- every bucket it could write has left the window.
+local function keep()
+  return (IDX + BUCKETS) * WIDTH
 end
 
-local function parse_bucket(v)
-  local c, f, s = string.match(v, '^(%d+) (%d+) (%d+)$')
-  return tonumber(c), tonumber(f), tonumber(s)
+-- next_generation is coordinator.NextGeneration: above prev, and above
+-- every generation minted before now on a clock that has not gone back.
+local function next_generation(prev)
+  return math.max(prev + 1, NOW * 1000)
 end
 
--- window reads the window hash: its generation label, the raw fields.
-local function window()
-  local raw = redis.call('HGETALL', KW)
-  local label = false
-  local fields = {}
-  for i = 1, #raw, 2 do
-    if raw[i] == 'g' then
-      label = raw[i + 1]
-    elseif raw[i] ~= 'x' then
-      fields[#fields + 1] = {tonumber(raw[i]), raw[i + 1], raw[i]}
-    end
+-- stored reads the state hash; false when there is none.
+local function stored()
+  local v = redis.call('HMGET', KEY_STATE, unpack(FIELDS))
+  if not v[1] then
+    return false
   end
-  return label, fields
-end
-
-local function fresh(g)
-  return {st = CLOSED, g = g, oa = 0, of = 0, ou = 0, cf = 0, ps = 0, exp = 0, fresh = true}
-end
-
-local function ttl(s)
-  return s.exp - NOW + tonumber(ARGV[6])
-end
-
--- save writes the whole state. A fresh state replaces whatever the scope's
--- keys held before (an expired generation's leftovers). remark starts the
--- window afresh, labelled with the generation: the window key outlives no
--- state and is never deleted while the state lives, so a window key without
--- a state hash is the sign of lost state.
-local function save(s, remark)
-  if s.fresh then
-    redis.call('DEL', KW, KP, KB)
-    redis.call('HSET', KS, 'scope', ARGV[5])
-    s.fresh = false
-    remark = true
+  local s = {state = v[1]}
+  for i = 2, #FIELDS do
+    s[FIELDS[i]] = tonumber(v[i])
   end
-  redis.call('HSET', KS, 'st', s.st, 'g', int(s.g), 'oa', int(s.oa), 'of', int(s.of),
-    'ou', int(s.ou), 'cf', s.cf, 'ps', s.ps, 'exp', int(s.exp))
-  -- x: when this state stops mattering (0: never), so that a window key
-  -- found without its state tells a loss from a scope that had nothing to
-  -- lose.
-  local x = 0
-  if s.st == CLOSED then
-    x = int(s.exp)
+  if not CODE[s.state] then
+    error('state hash holds unknown state ' .. s.state)
   end
-  if remark then
-    redis.call('DEL', KW)
-    redis.call('HSET', KW, 'g', int(s.g), 'x', x)
-  else
-    redis.call('HSET', KW, 'x', x)
-  end
-  if s.st == CLOSED then
-    -- Garbage collection only: decisions use exp. State, window and batch
-    -- IDs expire together, after every bucket the generation labels.
-    local ms = ttl(s)
-    redis.call('PEXPIRE', KS, ms)
-    redis.call('PEXPIRE', KW, ms)
-    redis.call('PEXPIRE', KB, ms)
-  else
-    -- Open and half-open state never expires: losing it would admit
-    -- everything.
-    redis.call('PERSIST', KS)
-    redis.call('PERSIST', KW)
-    redis.call('PERSIST', KB)
-  end
-end
-
--- load reads the scope's state as of NOW. A closed state whose window has
--- run out reads as a fresh scope (generation 0). A missing state hash
--- beside the window key of a state that still mattered is lost state
--- (eviction, a deleted key): it restarts
--- closed in a random generation that no surviving bucket and no outcome in
--- flight carries, persisted when write is true (a read-only caller sees
--- generation 0 and no counts).
-local function load(write)
-  local v = redis.call('HMGET', KS, 'st', 'g', 'oa', 'of', 'ou', 'cf', 'ps', 'exp')
-  if v[1] then
-    local s = {st = tonumber(v[1]), g = tonumber(v[2]), oa = tonumber(v[3]), of = tonumber(v[4]),
-      ou = tonumber(v[5]), cf = tonumber(v[6]), ps = tonumber(v[7]), exp = tonumber(v[8])}
-    if s.st == CLOSED and s.exp <= NOW then
-      return fresh(0)
-    end
-    return s
-  end
-  if not write then
-    return fresh(0)
-  end
-  local x = redis.call('HGET', KW, 'x')
-  if not x or (tonumber(x) ~= 0 and tonumber(x) <= NOW) then
-    return fresh(0)
-  end
-  local g = tonumber(ARGV[4])
-  if int(g) == redis.call('HGET', KW, 'g') then
-    g = g + 1
-  end
-  local s = fresh(g)
-  s.exp = (IDX + NB) * WIDTH
-  save(s)
   return s
 end
 
--- isolation_over: isolated for a set time that has passed; the next Admit
--- or operator's command releases it.
+-- born: the state is there, and not closed past keeping.
+local function born(s)
+  return s and not (s.state == CLOSED and s.expires_at <= NOW)
+end
+
+-- isolation_over: isolated for a set time that has passed.
 local function isolation_over(s)
-  return s.st == ISOLATED and s.ou ~= 0 and NOW >= s.ou
+  return s.state == ISOLATED and s.open_until ~= 0 and NOW >= s.open_until
 end
 
--- state_now is the state as of NOW: an open breaker whose period ended
--- reads half-open, an isolation that ended closed, without changing
--- anything.
-local function state_now(s)
-  if s.st == OPEN and NOW >= s.ou then
-    return HALF
+-- save writes the whole state and gives the keys their lifetime. relabel
+-- starts the window afresh, labelled with the generation.
+local function save(s, relabel)
+  local args = {}
+  for _, f in ipairs(FIELDS) do
+    args[#args + 1] = f
+    if f == 'state' then
+      args[#args + 1] = s.state
+    else
+      args[#args + 1] = int(s[f])
+    end
   end
-  if isolation_over(s) then
-    return CLOSED
+  redis.call('HSET', KEY_STATE, unpack(args))
+  if relabel then
+    redis.call('DEL', KEY_WINDOW)
+    redis.call('HSET', KEY_WINDOW, 'generation', int(s.generation))
   end
-  return s.st
+  if s.state == CLOSED then
+    -- Garbage collection only: decisions compare expires_at with now.
+    -- State, window and batch IDs expire together.
+    local ms = int(s.expires_at - NOW + GC_MARGIN)
+    redis.call('PEXPIRE', KEY_STATE, ms)
+    redis.call('PEXPIRE', KEY_WINDOW, ms)
+    redis.call('PEXPIRE', KEY_BATCHES, ms)
+  else
+    -- Open, half-open and manual states never expire: losing them would
+    -- admit everything, or undo an operator.
+    redis.call('PERSIST', KEY_STATE)
+    redis.call('PERSIST', KEY_WINDOW)
+    redis.call('PERSIST', KEY_BATCHES)
+  end
 end
 
--- gen_now is the generation as of NOW: an isolation that ended reads as
--- the generation its release starts.
-local function gen_now(s)
-  if isolation_over(s) then
-    return s.g + 1
-  end
-  return s.g
-end
-
--- restart moves the breaker to state st in a new generation: an empty
--- window, no probe leases, no open period; fields then set what the new
--- state needs. Every transition but open -> half-open and an operator's
--- enable goes through it.
-local function restart(s, st, fields)
-  s.st = st
-  s.g = s.g + 1
-  s.of, s.ou, s.cf, s.ps = 0, 0, 0, 0
+-- restart moves the breaker to state in a new generation: an empty window,
+-- no probe leases, no open period; fields then set what the new state
+-- needs. Every transition but open -> half-open and an operator's enable
+-- goes through it, and so does a birth.
+local function restart(s, state, fields)
+  s.state = state
+  s.generation = next_generation(s.generation)
+  s.open_for, s.open_until, s.consecutive_failures, s.probe_successes = 0, 0, 0, 0
   for k, v in pairs(fields or {}) do
     s[k] = v
   end
   save(s, true)
-  redis.call('DEL', KP)
+  redis.call('DEL', KEY_PROBES)
 end
 
--- open starts an open period in a new generation; the old window and every
--- probe lease belong to the old one.
+-- open starts an open period of period ms.
 local function open(s, period)
-  restart(s, OPEN, {oa = NOW, of = period, ou = NOW + period})
+  restart(s, OPEN, {opened_at = NOW, open_for = period, open_until = NOW + period})
 end
 
--- close starts a closed generation with an empty window: after enough
--- probe successes, or when an operator's isolation or disabling ends.
+local function forget_note()
+  redis.call('HDEL', KEY_STATE, unpack(NOTE_FIELDS))
+end
+
+-- close starts a closed generation, kept for a window so that calls
+-- admitted under it can still be recorded.
 local function close(s)
-  -- Keep the new generation for a window, so that calls admitted under it
-  -- can still be recorded.
-  restart(s, CLOSED, {exp = (IDX + NB) * WIDTH})
-  redis.call('HDEL', KS, 'nb', 'nr', 'nf', 'na')
+  restart(s, CLOSED, {expires_at = keep()})
+  forget_note()
 end
 
--- publish announces a transition {from, to, generation, reason} on the
--- scope's channel, so that every replica learns of it without asking:
--- "from to generation at reason".
+-- birth gives the scope its first generation above prev, the highest
+-- generation its surviving data knows: closed, nothing counted, no lease,
+-- no batch ID remembered.
+local function birth(prev)
+  redis.call('DEL', KEY_STATE, KEY_BATCHES)
+  redis.call('HSET', KEY_STATE, 'scope', SCOPE)
+  local s = {generation = prev, opened_at = 0}
+  restart(s, CLOSED, {expires_at = keep()})
+  s.newborn = true
+  return s
+end
+
+-- transition describes the move of s from state from, just made.
+local function transition(s, from, reason)
+  local open_until = 0
+  if s.state == OPEN or s.state == ISOLATED then
+    open_until = s.open_until
+  end
+  return {from = from, to = s.state, generation = s.generation, open_until = open_until, reason = reason}
+end
+
+-- lapsed is the transition begin made before the script's own work.
+local lapsed = false
+
+-- begin reads the scope for a script that writes. A scope that is not
+-- born is born; its floor is the generation of its expired state or, when
+-- the state hash is lost, the label of the surviving window (0 if none).
+-- An isolation whose time has passed ends (lazily, like an open period).
+local function begin()
+  local s = stored()
+  if not born(s) then
+    if s then
+      return birth(s.generation)
+    end
+    return birth(tonumber(redis.call('HGET', KEY_WINDOW, 'generation') or 0))
+  end
+  if isolation_over(s) then
+    close(s)
+    lapsed = transition(s, ISOLATED, ENDED)
+  end
+  return s
+end
+
+local function counts()
+  return {calls = 0, failures = 0, slow = 0}
+end
+
+-- window reads the window of s's generation: the counts of the current
+-- bucket and of the other live buckets, the fields of buckets that have
+-- left it, and whether it is labelled with s's generation at all (if not,
+-- its buckets count for nothing).
+local function window(s)
+  local w = {current = counts(), others = counts(), dead = {}, labelled = false}
+  local raw = redis.call('HGETALL', KEY_WINDOW)
+  for i = 1, #raw, 2 do
+    local idx = tonumber(raw[i])
+    if not idx then
+      if raw[i] == 'generation' then
+        w.labelled = raw[i + 1] == int(s.generation)
+      end
+    elseif idx <= IDX - BUCKETS then
+      w.dead[#w.dead + 1] = raw[i]
+    elseif idx <= IDX then
+      local c, f, sl = string.match(raw[i + 1], '^(%d+) (%d+) (%d+)$')
+      local b = w.others
+      if idx == IDX then
+        b = w.current
+      end
+      b.calls, b.failures, b.slow = b.calls + tonumber(c), b.failures + tonumber(f), b.slow + tonumber(sl)
+    end
+  end
+  if not w.labelled then
+    return {current = counts(), others = counts(), dead = {}, labelled = false}
+  end
+  return w
+end
+
+-- state_now: an open breaker whose period has ended reads half-open.
+local function state_now(s)
+  if s.state == OPEN and NOW >= s.open_until then
+    return HALF_OPEN
+  end
+  return s.state
+end
+
+-- retry_after: the time until the open period, or an isolation for a set
+-- time, ends; 0 in any other state.
+local function retry_after(s)
+  if (s.state == OPEN or s.state == ISOLATED) and s.open_until > NOW then
+    return s.open_until - NOW
+  end
+  return 0
+end
+
+-- publish announces tr on the scope's channel, so that every replica
+-- learns of it without asking:
+-- "from to generation at open_until reason", states as coordinator.State.
 local function publish(tr)
-  redis.call(PUBLISH, KT, string.format('%d %d %s %s %s', tr[1], tr[2], int(tr[3]), int(NOW), tr[4]))
+  redis.call(PUBLISH, CHANNEL, string.format('%d %d %s %s %s %s', CODE[tr.from], CODE[tr.to],
+    int(tr.generation), int(NOW), int(tr.open_until), tr.reason))
 end
 
--- result is the reply of Record and Settle, and publishes the transition
--- they made, if any:
--- {state as of now, generation, stale, now, from, to, generation after, reason}
--- with from = -1 when nothing moved.
-local function result(s, stale, tr)
+-- reply builds the reply of every script, and publishes what the script
+-- did: first the lapse begin made, then tr, the script's own transition
+-- (false: none). It reports tr, or else the lapse:
+--   {state as of now, generation, retry after ms, now,
+--    from, to, generation after, open until, reason, ...}
+-- with from = -1 when nothing moved, then the script's own values (...).
+-- retry nil: as the state says (retry_after).
+local function reply(s, tr, retry, ...)
+  if lapsed then
+    publish(lapsed)
+  end
   if tr then
     publish(tr)
-    return {state_now(s), gen_now(s), stale, NOW, tr[1], tr[2], tr[3], tr[4]}
+  else
+    tr = lapsed
   end
-  return {state_now(s), gen_now(s), stale, NOW, -1, -1, 0, ''}
+  local r = {CODE[state_now(s)], s.generation, retry or retry_after(s), NOW, -1, -1, 0, 0, ''}
+  if tr then
+    r[5], r[6], r[7], r[8], r[9] = CODE[tr.from], CODE[tr.to], tr.generation, tr.open_until, tr.reason
+  end
+  for i = 1, select('#', ...) do
+    r[#r + 1] = select(i, ...)
+  end
+  return r
 end

@@ -18,24 +18,25 @@ import (
 const scanCount = 1000
 
 // List returns a snapshot, as of now, of every scope that has state under
-// the coordinator's prefix, sorted by scope. Scopes that read as forgotten
-// (closed, generation 0, nothing counted) are left out. p gives the window
-// the counts are read over: pass the policy the fleet uses.
+// the coordinator's prefix, sorted by scope. Scopes that are not born
+// (forgotten after an idle window, or whose state hash was lost) are left
+// out. p gives the window the counts are read over: pass the policy the
+// fleet uses.
 //
-// List finds scopes with SCAN MATCH on the state keys (on a Redis Cluster,
-// on every master), reads the readable scope each state hash keeps, and
-// takes one snapshot per scope. Its cost grows with the whole keyspace of
-// the database, not with the number of scopes: SCAN visits every key, in
-// pages of 1000 that each block the server only briefly, then one HGET per
-// state key (pipelined per page) and one script call per scope. It is an
-// operator's tool, not something to call per request. A scope created or
-// dropped while List runs may be missed or reported; none is reported
-// twice.
+// List finds scopes with SCAN MATCH <prefix>v2:{*}:state TYPE hash (on a
+// Redis Cluster, on every master), reads the readable scope each state
+// hash keeps, and takes one snapshot per scope. Its cost grows with the
+// whole keyspace of the database, not with the number of scopes: SCAN
+// visits every key, in pages of 1000 that each block the server only
+// briefly, then one HGET per state key (pipelined per page) and one script
+// call per scope. It is an operator's tool, not something to call per
+// request. A scope created or dropped while List runs may be missed or
+// reported; none is reported twice.
 //
 // Why not an index kept by the scripts: on a Redis Cluster one key holding
 // every scope would sit in one slot, and a script may only touch keys of
 // the slot its scope hashes to; keeping it would also add a write to the
-// closed Admit path, which writes nothing today.
+// closed Admit path, which writes nothing.
 func (c *Coordinator) List(ctx context.Context, p coordinator.Policy) ([]coordinator.Snapshot, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("redis coordinator: list: %w", err)
@@ -82,7 +83,7 @@ func (c *Coordinator) List(ctx context.Context, p coordinator.Policy) ([]coordin
 
 // scanScopes returns the scopes of the state hashes on one node.
 func (c *Coordinator) scanScopes(ctx context.Context, node goredis.UniversalClient) ([]string, error) {
-	match := globEscape(c.prefix) + "{*}:s"
+	match := globEscape(c.prefix) + layout + ":{*" + stateSuffix
 	var scopes []string
 	var cursor uint64
 	for {
@@ -104,7 +105,7 @@ func (c *Coordinator) scanScopes(ctx context.Context, node goredis.UniversalClie
 				scope, err := cmd.(*goredis.StringCmd).Result()
 				// A key that expired since SCAN saw it, or one that is not
 				// ours, has no scope; a scope's own keys hash to its key.
-				if err == nil && scopeKeys(c.prefix, scope)[0] == keys[i] {
+				if err == nil && scopeKeys(c.prefix, scope)[keyState] == keys[i] {
 					scopes = append(scopes, scope)
 				}
 			}

@@ -1,30 +1,28 @@
 -- record.lua: Record. Runs after lib.lua.
 --
--- KEYS: 1 state, 2 window, 3 leases, 4 batches, 5 channel (see lib.lua)
--- ARGV: 1 now ms or '', 2 bucket width ms, 3 buckets, 4 fresh generation,
---   5 scope, 6 GC margin ms, 7 min calls, 8 failure permille (0 = off),
---   9 slow permille (0 = off), 10 consecutive failures (0 = off),
---   11 open for ms, 12 batch ID ('' = none), 13 how many batch IDs to
---   remember, then per outcome two values: its generation (decimal) and
---   flags (1 = failure, 2 = slow, 3 = both)
--- Reply: see result in lib.lua.
-local FIRST = 14
-local n = (#ARGV - FIRST + 1) / 2
+-- KEYS: state, window, probes, batches, transitions (see lib.lua)
+-- ARGV: 1-5 see lib.lua; 6 min calls, 7 failure permille (0 = off),
+--   8 slow permille (0 = off), 9 consecutive failures (0 = off),
+--   10 open for ms, 11 batch ID ('' = none), 12 how many batch IDs to
+--   remember, then from 13 on two values per outcome: its generation
+--   (decimal) and flags (1 = failure, 2 = slow, 3 = both)
+-- Reply: see reply in lib.lua, then the number of stale outcomes.
+local MIN_CALLS = tonumber(ARGV[6])
+local FAILURE_PERMILLE = tonumber(ARGV[7])
+local SLOW_PERMILLE = tonumber(ARGV[8])
+local CONSECUTIVE_FAILURES = tonumber(ARGV[9])
+local OPEN_FOR = tonumber(ARGV[10])
+local BATCH = ARGV[11]
+local RECENT_BATCHES = tonumber(ARGV[12])
+local OUTCOMES = 13 -- the first outcome's ARGV
 
-local s = load(true)
-local batch = ARGV[12]
--- Disabled counts outcomes, for people to see, and never trips.
-if s.st ~= CLOSED and s.st ~= DISABLED then
-  return result(s, n, false)
+local s = begin()
+-- Disabled counts outcomes, for people to see, and never trips. A newborn
+-- scope remembers no batch.
+if (s.state ~= CLOSED and s.state ~= DISABLED)
+    or (BATCH ~= '' and not s.newborn and redis.call('LPOS', KEY_BATCHES, BATCH)) then
+  return reply(s, false, nil, (#ARGV - OUTCOMES + 1) / 2)
 end
--- A fresh scope remembers no batch.
-if batch ~= '' and not s.fresh and redis.call('LPOS', KB, batch) then
-  return result(s, n, false)
-end
-
-local min_calls = tonumber(ARGV[7])
-local fail_pm, slow_pm = tonumber(ARGV[8]), tonumber(ARGV[9])
-local consecutive = tonumber(ARGV[10])
 
 local function percent(pm)
   if pm % 10 == 0 then
@@ -33,96 +31,76 @@ local function percent(pm)
   return string.format('%d.%d%%', math.floor(pm / 10), pm % 10)
 end
 
--- Sum the other live buckets once; the batch only adds to the current one,
--- so the rules cost O(1) per outcome after this O(buckets) read.
-local gs = int(s.g)
-local base_c, base_f, base_s = 0, 0, 0
-local cur_c, cur_f, cur_s = 0, 0, 0
-local dead = {}
-local wipe = false
-if not s.fresh then
-  local label, fields = window()
-  if label == gs then
-    for _, f in ipairs(fields) do
-      local c, fl, sl = parse_bucket(f[2])
-      if f[1] == IDX then
-        cur_c, cur_f, cur_s = c, fl, sl
-      elseif live(f[1]) then
-        base_c, base_f, base_s = base_c + c, base_f + fl, base_s + sl
-      elseif f[1] <= IDX - NB then
-        dead[#dead + 1] = f[3]
-      end
-    end
-  else
-    -- Buckets of another generation count for nothing.
-    wipe = true
-  end
+-- The other live buckets are summed once; the batch only adds to the
+-- current one, so the rules cost O(1) per outcome after this O(buckets)
+-- read.
+local w = {current = counts(), others = counts(), dead = {}, labelled = true}
+if not s.newborn then
+  w = window(s)
 end
+local cur, others = w.current, w.others
 
 local function trip_reason()
-  if s.st == DISABLED then
+  if s.state == DISABLED then
     return false
   end
-  if consecutive > 0 and s.cf >= consecutive then
-    return string.format('consecutive failures %d >= %d', s.cf, consecutive)
+  if CONSECUTIVE_FAILURES > 0 and s.consecutive_failures >= CONSECUTIVE_FAILURES then
+    return string.format('consecutive failures %d >= %d', s.consecutive_failures, CONSECUTIVE_FAILURES)
   end
-  local calls = base_c + cur_c
-  if calls < min_calls then
+  local calls = others.calls + cur.calls
+  if calls < MIN_CALLS then
     return false
   end
-  local failures, slow = base_f + cur_f, base_s + cur_s
+  local failures, slow = others.failures + cur.failures, others.slow + cur.slow
   -- integer math: 0.5 must trip at exactly 2 of 4
-  if fail_pm > 0 and failures * 1000 >= fail_pm * calls then
-    return string.format('failures %d/%d >= %s', failures, calls, percent(fail_pm))
+  if FAILURE_PERMILLE > 0 and failures * 1000 >= FAILURE_PERMILLE * calls then
+    return string.format('failures %d/%d >= %s', failures, calls, percent(FAILURE_PERMILLE))
   end
-  if slow_pm > 0 and slow * 1000 >= slow_pm * calls then
-    return string.format('slow calls %d/%d >= %s', slow, calls, percent(slow_pm))
+  if SLOW_PERMILLE > 0 and slow * 1000 >= SLOW_PERMILLE * calls then
+    return string.format('slow calls %d/%d >= %s', slow, calls, percent(SLOW_PERMILLE))
   end
   return false
 end
 
+local generation = int(s.generation)
 local stale, counted = 0, 0
 local tr = false
-for i = FIRST, #ARGV, 2 do
-  if tr or ARGV[i] ~= gs then
+for i = OUTCOMES, #ARGV, 2 do
+  if tr or ARGV[i] ~= generation then
     stale = stale + 1
   else
     counted = counted + 1
     local flags = tonumber(ARGV[i + 1])
-    cur_c = cur_c + 1
+    cur.calls = cur.calls + 1
     if flags % 2 == 1 then
-      cur_f = cur_f + 1
-      s.cf = s.cf + 1
+      cur.failures = cur.failures + 1
+      s.consecutive_failures = s.consecutive_failures + 1
     else
-      s.cf = 0
+      s.consecutive_failures = 0
     end
     if flags >= 2 then
-      cur_s = cur_s + 1
+      cur.slow = cur.slow + 1
     end
     local reason = trip_reason()
     if reason then
-      open(s, tonumber(ARGV[11]))
-      tr = {CLOSED, OPEN, s.g, reason}
+      open(s, OPEN_FOR)
+      tr = transition(s, CLOSED, reason)
     end
   end
 end
 
 if counted == 0 then
-  return result(s, stale, false)
+  return reply(s, false, nil, stale)
+end
+if BATCH ~= '' then
+  -- Before save, which gives the list the state's lifetime.
+  redis.call('RPUSH', KEY_BATCHES, BATCH)
+  redis.call('LTRIM', KEY_BATCHES, int(-RECENT_BATCHES), -1)
 end
 if not tr then
-  s.exp = (IDX + NB) * WIDTH
-  save(s, wipe)
-  redis.call('HSET', KW, int(IDX), string.format('%d %d %d', cur_c, cur_f, cur_s))
-  hdel(KW, dead)
+  s.expires_at = keep()
+  save(s, not w.labelled)
+  redis.call('HSET', KEY_WINDOW, int(IDX), string.format('%d %d %d', cur.calls, cur.failures, cur.slow))
+  hdel(KEY_WINDOW, w.dead)
 end
-if batch ~= '' then
-  redis.call('RPUSH', KB, batch)
-  redis.call('LTRIM', KB, -tonumber(ARGV[13]), -1)
-  if tr or s.st ~= CLOSED then
-    redis.call('PERSIST', KB)
-  else
-    redis.call('PEXPIRE', KB, ttl(s))
-  end
-end
-return result(s, stale, tr)
+return reply(s, tr, nil, stale)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"strings"
@@ -93,24 +92,23 @@ func New(client goredis.UniversalClient, opts ...Option) *Coordinator {
 	return c
 }
 
-// call runs one script for op on scope. The first ARGV are the ones every
-// script reads (lib.lua); write scripts also get a fresh generation, the
-// scope and the GC margin.
-func (c *Coordinator) call(ctx context.Context, s *goredis.Script, op, scope string, p coordinator.Policy, write bool, args ...any) ([]any, error) {
+// call runs one script for op on scope and reads the part of its reply
+// that every script shares (reply in lib.lua). The first ARGV are the ones
+// every script reads; scripts that write also get the scope and the GC
+// margin.
+func (c *Coordinator) call(ctx context.Context, s *goredis.Script, op, scope string, p coordinator.Policy, write bool, args ...any) (answer, error) {
 	if err := p.Validate(); err != nil {
-		return nil, opError(op, scope, err)
+		return answer{}, opError(op, scope, err)
 	}
 	now, margin := "", gcMargin
 	if c.clock != nil {
 		now = strconv.FormatInt(c.clock().UnixMilli(), 10)
 		margin = testClockGCMargin
 	}
-	argv := make([]any, 0, 6+len(args))
+	argv := make([]any, 0, 5+len(args))
 	argv = append(argv, now, p.BucketWidth().Milliseconds(), p.Buckets)
 	if write {
-		// A lost state restarts in this generation: 44 random bits are
-		// exact in Lua's doubles and print as at most 14 digits.
-		argv = append(argv, rand.Int64N(1<<44)+1, scope, margin.Milliseconds())
+		argv = append(argv, scope, margin.Milliseconds())
 	}
 	argv = append(argv, args...)
 	k := scopeKeys(c.prefix, scope)
@@ -119,9 +117,13 @@ func (c *Coordinator) call(ctx context.Context, s *goredis.Script, op, scope str
 		if corrupt(err) {
 			err = fmt.Errorf("%w: %w", coordinator.ErrCorruptState, err)
 		}
-		return nil, opError(op, scope, err)
+		return answer{}, opError(op, scope, err)
 	}
-	return reply, nil
+	a, err := readAnswer(reply, scope)
+	if err != nil {
+		return answer{}, opError(op, scope, err)
+	}
+	return a, nil
 }
 
 // corrupt reports whether err is Redis refusing this scope's data (a key
@@ -154,19 +156,19 @@ func abbreviate(scope string) string {
 
 // Admit implements [coordinator.Coordinator].
 func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
-	reply, err := c.call(ctx, c.scripts.admit, "admit", scope, p, true,
+	a, err := c.call(ctx, c.scripts.admit, "admit", scope, p, true,
 		p.Probes, p.ProbeLease.Milliseconds(), claim)
 	if err != nil {
 		return coordinator.Decision{}, err
 	}
 	var r replyReader
 	d := coordinator.Decision{
-		Verdict:    coordinator.Verdict(r.int(reply, 0)),
-		State:      coordinator.State(r.int(reply, 1)),
-		Generation: r.uint(reply, 2),
-		RetryAfter: time.Duration(r.int(reply, 3)) * time.Millisecond,
+		Verdict:    coordinator.Verdict(r.int(a.rest, 0)),
+		State:      a.state,
+		Generation: a.generation,
+		RetryAfter: a.retryAfter,
+		Transition: a.transition,
 	}
-	d.Transition = r.transition(reply, 4, scope)
 	if r.err != nil {
 		return coordinator.Decision{}, opError("admit", scope, r.err)
 	}
@@ -189,11 +191,7 @@ func (c *Coordinator) Record(ctx context.Context, scope string, p coordinator.Po
 		}
 		args = append(args, strconv.FormatUint(o.Generation, 10), flags)
 	}
-	reply, err := c.call(ctx, c.scripts.record, "record", scope, p, true, args...)
-	if err != nil {
-		return coordinator.Result{}, err
-	}
-	return c.result("record", scope, reply)
+	return c.result(ctx, c.scripts.record, "record", scope, p, args...)
 }
 
 // Settle implements [coordinator.Coordinator].
@@ -203,23 +201,26 @@ func (c *Coordinator) Settle(ctx context.Context, scope string, p coordinator.Po
 	if o.Failure || p.IsSlow(o.Duration) {
 		failed = 1
 	}
-	reply, err := c.call(ctx, c.scripts.settle, "settle", scope, p, true,
+	return c.result(ctx, c.scripts.settle, "settle", scope, p,
 		claim, strconv.FormatUint(o.Generation, 10), failed,
 		p.OpenFor.Milliseconds(), p.MaxOpenFor.Milliseconds(), p.ProbeSuccesses)
+}
+
+// result runs a script that replies with a [coordinator.Result]: the
+// shared part, then the number of stale outcomes.
+func (c *Coordinator) result(ctx context.Context, s *goredis.Script, op, scope string, p coordinator.Policy, args ...any) (coordinator.Result, error) {
+	a, err := c.call(ctx, s, op, scope, p, true, args...)
 	if err != nil {
 		return coordinator.Result{}, err
 	}
-	return c.result("settle", scope, reply)
-}
-
-func (c *Coordinator) result(op, scope string, reply []any) (coordinator.Result, error) {
 	var r replyReader
 	res := coordinator.Result{
-		State:      coordinator.State(r.int(reply, 0)),
-		Generation: r.uint(reply, 1),
-		Stale:      int(r.int(reply, 2)),
+		State:      a.state,
+		Generation: a.generation,
+		Stale:      int(r.int(a.rest, 0)),
+		RetryAfter: a.retryAfter,
+		Transition: a.transition,
 	}
-	res.Transition = r.transition(reply, 3, scope)
 	if r.err != nil {
 		return coordinator.Result{}, opError(op, scope, r.err)
 	}
@@ -227,100 +228,33 @@ func (c *Coordinator) result(op, scope string, reply []any) (coordinator.Result,
 }
 
 // Snapshot implements [coordinator.Coordinator]. It runs a script that only
-// reads (with EVALSHA rather than EVALSHA_RO, which Redis 6 lacks).
+// reads (with EVALSHA rather than EVALSHA_RO, which Redis 6 lacks): a scope
+// that is not born reads as such, generation 0.
 func (c *Coordinator) Snapshot(ctx context.Context, scope string, p coordinator.Policy) (coordinator.Snapshot, error) {
-	reply, err := c.call(ctx, c.scripts.snapshot, "snapshot", scope, p, false)
+	a, err := c.call(ctx, c.scripts.snapshot, "snapshot", scope, p, false)
 	if err != nil {
 		return coordinator.Snapshot{}, err
 	}
 	var r replyReader
 	s := coordinator.Snapshot{
 		Scope:               scope,
-		State:               coordinator.State(r.int(reply, 0)),
-		Generation:          r.uint(reply, 2),
-		Calls:               int(r.int(reply, 3)),
-		Failures:            int(r.int(reply, 4)),
-		Slow:                int(r.int(reply, 5)),
-		ConsecutiveFailures: int(r.int(reply, 6)),
-		ProbesInFlight:      int(r.int(reply, 9)),
-		ProbeSuccesses:      int(r.int(reply, 10)),
+		State:               a.state,
+		Generation:          a.generation,
+		Calls:               int(r.int(a.rest, 0)),
+		Failures:            int(r.int(a.rest, 1)),
+		Slow:                int(r.int(a.rest, 2)),
+		ConsecutiveFailures: int(r.int(a.rest, 3)),
+		OpenedAt:            unixMilli(r.int(a.rest, 4)),
+		OpenUntil:           unixMilli(r.int(a.rest, 5)),
+		ProbesInFlight:      int(r.int(a.rest, 6)),
+		ProbeSuccesses:      int(r.int(a.rest, 7)),
 	}
-	if at := r.int(reply, 7); at != 0 {
-		s.OpenedAt = time.UnixMilli(at)
-	}
-	if until := r.int(reply, 8); until != 0 {
-		s.OpenUntil = time.UnixMilli(until)
-	}
-	if at := r.int(reply, 14); at != 0 {
-		s.Operator = coordinator.Note{By: r.str(reply, 11), Reason: r.str(reply, 12), For: time.Duration(r.int(reply, 13)) * time.Millisecond}
-		s.ForcedAt = time.UnixMilli(at)
+	if at := r.int(a.rest, 11); at != 0 {
+		s.Operator = coordinator.Note{By: r.str(a.rest, 8), Reason: r.str(a.rest, 9), For: time.Duration(r.int(a.rest, 10)) * time.Millisecond}
+		s.ForcedAt = unixMilli(at)
 	}
 	if r.err != nil {
 		return coordinator.Snapshot{}, opError("snapshot", scope, r.err)
 	}
 	return s, nil
-}
-
-// replyReader reads a script's reply, keeping the first error so that a
-// reply of the wrong shape is reported rather than read as zeros.
-type replyReader struct{ err error }
-
-var errReply = errors.New("unexpected script reply")
-
-func (r *replyReader) int(reply []any, i int) int64 {
-	if r.err != nil {
-		return 0
-	}
-	if i >= len(reply) {
-		r.err = fmt.Errorf("%w: %d values, want more than %d", errReply, len(reply), i)
-		return 0
-	}
-	n, ok := reply[i].(int64)
-	if !ok {
-		r.err = fmt.Errorf("%w: value %d is %T, want an integer", errReply, i, reply[i])
-	}
-	return n
-}
-
-func (r *replyReader) str(reply []any, i int) string {
-	if r.err != nil {
-		return ""
-	}
-	if i >= len(reply) {
-		r.err = fmt.Errorf("%w: %d values, want more than %d", errReply, len(reply), i)
-		return ""
-	}
-	s, ok := reply[i].(string)
-	if !ok {
-		r.err = fmt.Errorf("%w: value %d is %T, want a string", errReply, i, reply[i])
-	}
-	return s
-}
-
-func (r *replyReader) uint(reply []any, i int) uint64 {
-	n := r.int(reply, i)
-	if n < 0 && r.err == nil {
-		r.err = fmt.Errorf("%w: negative generation %d", errReply, n)
-	}
-	return uint64(n)
-}
-
-// transition reads {now, from, to, generation, reason} at i; from < 0
-// means no transition.
-func (r *replyReader) transition(reply []any, i int, scope string) *coordinator.Transition {
-	now, from := r.int(reply, i), r.int(reply, i+1)
-	if r.err != nil || from < 0 {
-		return nil
-	}
-	t := &coordinator.Transition{
-		Scope:      scope,
-		From:       coordinator.State(from),
-		To:         coordinator.State(r.int(reply, i+2)),
-		Generation: r.uint(reply, i+3),
-		At:         time.UnixMilli(now),
-	}
-	if i+4 < len(reply) {
-		t.Reason, _ = reply[i+4].(string)
-	}
-	return t
 }

@@ -13,29 +13,10 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
-
-// clock is a fake clock for tests that must not sleep.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.UnixMilli(1_800_000_000_000)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // tripPolicy trips on two failures in a row and probes with two slots.
 func tripPolicy() coordinator.Policy {
@@ -50,6 +31,20 @@ func tripPolicy() coordinator.Policy {
 	}
 }
 
+// born admits a call to scope, which gives birth to a scope that is not
+// born, and returns the generation it answered.
+func born(t *testing.T, c coordinator.Coordinator, scope string, p coordinator.Policy) uint64 {
+	t.Helper()
+	d, err := c.Admit(t.Context(), scope, p, "born")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Generation == 0 {
+		t.Fatalf("Admit of %q = %+v: generation 0", scope, d)
+	}
+	return d.Generation
+}
+
 func failures(gen uint64, n int) []coordinator.Outcome {
 	os := make([]coordinator.Outcome, n)
 	for i := range os {
@@ -58,8 +53,7 @@ func failures(gen uint64, n int) []coordinator.Outcome {
 	return os
 }
 
-// scopeKeys lists the keys holding scope's data, found by the readable
-// scope stored in the state hash.
+// scopeKeys lists the keys under prefix.
 func scopeKeys(t *testing.T, rdb goredis.UniversalClient, prefix string) []string {
 	t.Helper()
 	keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
@@ -74,11 +68,12 @@ func TestOpenStateNeverExpires(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	c := cbredis.New(rdb)
 	p := tripPolicy()
+	gen := born(t, c, "s", p)
 	batch := coordinator.WithBatchID(ctx, "b1")
-	if _, err := c.Record(batch, "s", p, []coordinator.Outcome{{Generation: 0}}); err != nil {
+	if _, err := c.Record(batch, "s", p, []coordinator.Outcome{{Generation: gen}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Record(ctx, "s", p, failures(0, 2))
+	res, err := c.Record(ctx, "s", p, failures(gen, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,72 +91,13 @@ func TestOpenStateNeverExpires(t *testing.T) {
 	}
 }
 
-func TestIdleClosedScopeLeavesNoKeys(t *testing.T) {
-	ctx := context.Background()
-	rdb := redistest.Start(t).Client(t)
-	c := cbredis.New(rdb) // real time: this is about Redis expiring keys
-	p := tripPolicy()
-	p.Window, p.Buckets = 200*time.Millisecond, 4
-	if _, err := c.Record(coordinator.WithBatchID(ctx, "b1"), "s", p, []coordinator.Outcome{{Generation: 0}}); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(scopeKeys(t, rdb, cbredis.DefaultPrefix)); n == 0 {
-		t.Fatal("Record wrote no keys")
-	}
-	deadline := time.Now().Add(p.Window + 5*time.Second)
-	for len(scopeKeys(t, rdb, cbredis.DefaultPrefix)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("keys left after the window and margin: %v", scopeKeys(t, rdb, cbredis.DefaultPrefix))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func TestLostStateCountsNoOldOutcome(t *testing.T) {
-	ctx := context.Background()
-	rdb := redistest.Start(t).Client(t)
-	clk := newClock()
-	c := cbredis.New(rdb, cbredis.WithClock(clk.Now))
-	p := tripPolicy()
-	p.ConsecutiveFailures = 3
-	if _, err := c.Record(ctx, "s", p, failures(0, 2)); err != nil {
-		t.Fatal(err)
-	}
-	// Lose the state hash alone, as an eviction would.
-	for _, k := range scopeKeys(t, rdb, cbredis.DefaultPrefix) {
-		if strings.HasSuffix(k, ":s") {
-			rdb.Del(ctx, k)
-		}
-	}
-	res, err := c.Record(ctx, "s", p, failures(0, 3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Stale != 3 || res.Generation == 0 || res.Transition != nil {
-		t.Fatalf("Record after losing the state = %+v, want 3 stale in a new generation", res)
-	}
-	s, err := c.Snapshot(ctx, "s", p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.Generation != res.Generation || s.Calls != 0 || s.ConsecutiveFailures != 0 {
-		t.Fatalf("Snapshot = %+v, want generation %d and no counts", s, res.Generation)
-	}
-	d, err := c.Admit(ctx, "s", p, "c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.Generation != res.Generation {
-		t.Fatalf("Admit generation = %d, want %d", d.Generation, res.Generation)
-	}
-}
-
 func TestWrongTypeIsAnError(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client(t)
 	c := cbredis.New(rdb)
 	p := tripPolicy()
-	if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{}}); err != nil {
+	gen := born(t, c, "s", p)
+	if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: gen}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range scopeKeys(t, rdb, cbredis.DefaultPrefix) {
@@ -203,15 +139,15 @@ func TestPrefixKeepsDeploymentsApart(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	a, b := cbredis.New(rdb, cbredis.WithPrefix("a:")), cbredis.New(rdb, cbredis.WithPrefix("b:"))
 	p := tripPolicy()
-	if _, err := a.Record(ctx, "s", p, failures(0, 2)); err != nil {
+	if _, err := a.Record(ctx, "s", p, failures(born(t, a, "s", p), 2)); err != nil {
 		t.Fatal(err)
 	}
 	s, err := b.Snapshot(ctx, "s", p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.State != coordinator.StateClosed {
-		t.Fatalf("prefix b: %v, want closed: a's trip leaked", s.State)
+	if s != (coordinator.Snapshot{Scope: "s"}) {
+		t.Fatalf("prefix b: %+v, want a scope not born: a's trip leaked", s)
 	}
 	if len(scopeKeys(t, rdb, "a:")) == 0 {
 		t.Fatal("no keys under prefix a:")
@@ -233,11 +169,11 @@ func TestPrefixWithBracePanics(t *testing.T) {
 func TestConcurrentHalfOpen(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	clk := newClock()
+	clk := coordinatortest.NewClock()
 	p := tripPolicy()
 	p.Probes, p.ProbeSuccesses = 3, 1<<20
 	setup := cbredis.New(srv.Client(t), cbredis.WithClock(clk.Now))
-	if _, err := setup.Record(ctx, "s", p, failures(0, 2)); err != nil {
+	if _, err := setup.Record(ctx, "s", p, failures(born(t, setup, "s", p), 2)); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(p.OpenFor)
@@ -303,6 +239,7 @@ func TestConcurrentTripOnce(t *testing.T) {
 	p := tripPolicy()
 	p.ConsecutiveFailures = 0
 	p.MinCalls, p.FailureRatio = 10, 0.5
+	gen := born(t, cbredis.New(srv.Client(t)), "s", p)
 	var trips, recorded atomic.Int64
 	var wg sync.WaitGroup
 	for range 32 {
@@ -311,7 +248,7 @@ func TestConcurrentTripOnce(t *testing.T) {
 			defer wg.Done()
 			c := cbredis.New(srv.Client(t))
 			for range 5 {
-				res, err := c.Record(ctx, "s", p, failures(0, 1))
+				res, err := c.Record(ctx, "s", p, failures(gen, 1))
 				if err != nil {
 					t.Error(err)
 					return
@@ -351,20 +288,26 @@ func dirty(t *testing.T, rdb *goredis.Client) string {
 	return ""
 }
 
+// The closed path of Admit writes nothing, once the scope is born; nor
+// does looking at a scope that is not born.
 func TestClosedAdmitWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client(t)
 	c := cbredis.New(rdb)
 	p := tripPolicy()
-	if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{}}); err != nil {
+	if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: born(t, c, "s", p)}}); err != nil {
 		t.Fatal(err)
 	}
+	born(t, c, "admitted only", p)
 	before := dirty(t, rdb)
 	for i := range 10 {
-		for _, scope := range []string{"s", "never seen"} {
+		for _, scope := range []string{"s", "admitted only"} {
 			if d, err := c.Admit(ctx, scope, p, fmt.Sprint(i)); err != nil || d.Verdict != coordinator.Allow {
 				t.Fatalf("Admit %q = %+v, %v", scope, d, err)
 			}
+		}
+		if s, err := c.Snapshot(ctx, "never seen", p); err != nil || s != (coordinator.Snapshot{Scope: "never seen"}) {
+			t.Fatalf("Snapshot of a scope never seen = %+v, %v; want it not born", s, err)
 		}
 	}
 	if after := dirty(t, rdb); after != before {
@@ -378,7 +321,7 @@ func TestHugeScope(t *testing.T) {
 	c := cbredis.New(rdb)
 	p := tripPolicy()
 	scope := strings.Repeat("{x}|\n", 1<<20) // 5 MiB
-	res, err := c.Record(ctx, scope, p, failures(0, 2))
+	res, err := c.Record(ctx, scope, p, failures(born(t, c, scope, p), 2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +341,7 @@ func TestHugeScope(t *testing.T) {
 		if len(k) > 100 {
 			t.Fatalf("key %.200q is long", k)
 		}
-		if strings.HasSuffix(k, ":s") {
+		if strings.HasSuffix(k, ":state") {
 			state = k
 		}
 	}

@@ -1,41 +1,43 @@
 -- settle.lua: Settle. Runs after lib.lua.
 --
--- KEYS: 1 state, 2 window, 3 leases, 4 batches, 5 channel (see lib.lua)
--- ARGV: 1 now ms or '', 2 bucket width ms, 3 buckets, 4 fresh generation,
---   5 scope, 6 GC margin ms, 7 claim, 8 the probe's generation (decimal),
---   9 1 if the probe failed (an error or too slow) else 0, 10 open for ms,
---   11 max open for ms (0 = no back-off), 12 probe successes needed
--- Reply: see result in lib.lua.
+-- KEYS: state, window, probes, batches, transitions (see lib.lua)
+-- ARGV: 1-5 see lib.lua; 6 claim, 7 the probe's generation (decimal),
+--   8 1 if the probe failed (an error or too slow) else 0, 9 open for ms,
+--   10 max open for ms (0 = no back-off), 11 probe successes needed
+-- Reply: see reply in lib.lua, then the number of stale settlements.
+local CLAIM = ARGV[6]
+local PROBE_GENERATION = ARGV[7]
+local FAILED = ARGV[8] == '1'
+local OPEN_FOR = tonumber(ARGV[9])
+local MAX_OPEN_FOR = tonumber(ARGV[10])
+local PROBE_SUCCESSES = tonumber(ARGV[11])
 
-local s = load(true)
+local s = begin()
 -- Physical state: an open breaker whose period ended has no leases yet,
 -- so nothing can be settled in it.
-if s.st ~= HALF or int(s.g) ~= ARGV[8] then
-  return result(s, 1, false)
+if s.state ~= HALF_OPEN or int(s.generation) ~= PROBE_GENERATION then
+  return reply(s, false, nil, 1)
 end
-local claim = ARGV[7]
-local deadline = redis.call('HGET', KP, claim)
+local deadline = redis.call('HGET', KEY_PROBES, CLAIM)
 if not deadline or tonumber(deadline) <= NOW then
-  return result(s, 1, false)
+  return reply(s, false, nil, 1)
 end
-redis.call('HDEL', KP, claim)
+redis.call('HDEL', KEY_PROBES, CLAIM)
 
-if ARGV[9] == '1' then
-  local period = tonumber(ARGV[10])
-  local max_open = tonumber(ARGV[11])
-  if max_open > 0 then
-    period = math.min(math.max(s.of, period) * 2, max_open)
+if FAILED then
+  local period = OPEN_FOR
+  if MAX_OPEN_FOR > 0 then
+    period = math.min(math.max(s.open_for, OPEN_FOR) * 2, MAX_OPEN_FOR)
   end
   open(s, period)
-  return result(s, 0, {HALF, OPEN, s.g, 'probe failed'})
+  return reply(s, transition(s, HALF_OPEN, 'probe failed'), nil, 0)
 end
 
-s.ps = s.ps + 1
-local need = tonumber(ARGV[12])
-if s.ps < need then
-  redis.call('HSET', KS, 'ps', s.ps)
-  return result(s, 0, false)
+s.probe_successes = s.probe_successes + 1
+if s.probe_successes < PROBE_SUCCESSES then
+  redis.call('HSET', KEY_STATE, 'probe_successes', s.probe_successes)
+  return reply(s, false, nil, 0)
 end
-local n = s.ps
+local succeeded = s.probe_successes
 close(s)
-return result(s, 0, {HALF, CLOSED, s.g, string.format('probes succeeded %d/%d', n, need)})
+return reply(s, transition(s, HALF_OPEN, string.format('probes succeeded %d/%d', succeeded, PROBE_SUCCESSES)), nil, 0)

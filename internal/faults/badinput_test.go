@@ -166,7 +166,7 @@ func TestRedisKeyOfWrongType(t *testing.T) {
 	srv := fleettest.NewServer(t)
 	sc := scope(srv.Addr(), cbfleet.EmptyCall)
 	sum := sha256.Sum256([]byte(sc))
-	key := cbredis.DefaultPrefix + "{" + hex.EncodeToString(sum[:]) + "}:s"
+	key := cbredis.DefaultPrefix + "v2:{" + hex.EncodeToString(sum[:]) + "}:state"
 	if err := rdb.Set(context.Background(), key, "not a hash", 0).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,14 +45,14 @@ func TestStateEvictedWindowSurvives(t *testing.T) {
 	// Evict the state hash alone (doc.go of coordinator/redis names the
 	// keys): the window key stays.
 	ctx := context.Background()
-	keys, err := rdb.Keys(ctx, "cbgrpc:*:s").Result()
+	keys, err := rdb.Keys(ctx, "cbgrpc:v2:*:state").Result()
 	if err != nil || len(keys) != 1 {
 		t.Fatalf("state keys %v, %v; want one", keys, err)
 	}
 	if err := rdb.Del(ctx, keys[0]).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := rdb.Exists(ctx, keys[0][:len(keys[0])-1]+"w").Result(); n != 1 {
+	if n, _ := rdb.Exists(ctx, strings.TrimSuffix(keys[0], "state")+"window").Result(); n != 1 {
 		t.Fatal("the window key is gone too; the test needs it to survive")
 	}
 

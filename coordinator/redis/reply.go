@@ -1,0 +1,101 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// answer is the part of a reply that every script shares (reply in
+// lib.lua), and the rest, the operation's own values.
+type answer struct {
+	state      coordinator.State
+	generation uint64
+	retryAfter time.Duration
+	transition *coordinator.Transition
+	rest       []any
+}
+
+// shared is how many values of a reply answer reads:
+// {state, generation, retry after ms, now, from, to, generation after,
+// open until, reason}.
+const shared = 9
+
+func readAnswer(reply []any, scope string) (answer, error) {
+	var r replyReader
+	a := answer{
+		state:      coordinator.State(r.int(reply, 0)),
+		generation: r.uint(reply, 1),
+		retryAfter: time.Duration(r.int(reply, 2)) * time.Millisecond,
+	}
+	now, from := r.int(reply, 3), r.int(reply, 4)
+	if from >= 0 {
+		t := newTransition(scope, from, r.int(reply, 5), r.uint(reply, 6), now, r.int(reply, 7), r.str(reply, 8))
+		a.transition = &t
+	}
+	if r.err != nil {
+		return answer{}, r.err
+	}
+	a.rest = reply[shared:]
+	return a, nil
+}
+
+// newTransition is a transition as a script reports it and as the feed
+// carries it: states as numbers, times in Unix milliseconds.
+func newTransition(scope string, from, to int64, generation uint64, at, openUntil int64, reason string) coordinator.Transition {
+	return coordinator.Transition{
+		Scope:      scope,
+		From:       coordinator.State(from),
+		To:         coordinator.State(to),
+		Generation: generation,
+		At:         time.UnixMilli(at),
+		Reason:     reason,
+		OpenUntil:  unixMilli(openUntil),
+	}
+}
+
+// unixMilli is the time ms milliseconds after the Unix epoch; 0 is the
+// zero time (none).
+func unixMilli(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// replyReader reads a script's reply, keeping the first error so that a
+// reply of the wrong shape is reported rather than read as zeros.
+type replyReader struct{ err error }
+
+var errReply = errors.New("unexpected script reply")
+
+// read returns reply[i] as a T, which the error calls want.
+func read[T any](r *replyReader, reply []any, i int, want string) T {
+	var v T
+	if r.err != nil {
+		return v
+	}
+	if i >= len(reply) {
+		r.err = fmt.Errorf("%w: %d values, want more than %d", errReply, len(reply), i)
+		return v
+	}
+	v, ok := reply[i].(T)
+	if !ok {
+		r.err = fmt.Errorf("%w: value %d is %T, want %s", errReply, i, reply[i], want)
+	}
+	return v
+}
+
+func (r *replyReader) int(reply []any, i int) int64 { return read[int64](r, reply, i, "an integer") }
+
+func (r *replyReader) str(reply []any, i int) string { return read[string](r, reply, i, "a string") }
+
+func (r *replyReader) uint(reply []any, i int) uint64 {
+	n := r.int(reply, i)
+	if n < 0 && r.err == nil {
+		r.err = fmt.Errorf("%w: negative generation %d", errReply, n)
+	}
+	return uint64(n)
+}
