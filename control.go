@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
@@ -12,6 +13,10 @@ import (
 // whose coordinator does not implement [coordinator.Controller].
 var ErrNoController = errors.New("cbgrpc: the coordinator offers no manual control")
 
+// ErrClosed is returned by the operator's methods of a [Breaker] that has
+// been closed.
+var ErrClosed = errors.New("cbgrpc: the Breaker is closed")
+
 // Isolate forces scope's breaker open for the whole fleet, as
 // [coordinator.Controller] describes, through this Breaker's coordinator
 // and policy. Like every transition this process causes, the change is a
@@ -19,42 +24,53 @@ var ErrNoController = errors.New("cbgrpc: the coordinator offers no manual contr
 // process at once; the rest of the fleet hears of it on the transition
 // feed.
 func (b *Breaker) Isolate(ctx context.Context, scope string, n coordinator.Note) (coordinator.Result, error) {
-	return b.control(ctx, scope, n, coordinator.Controller.Isolate)
+	return b.control(ctx, scope, "isolate", n, coordinator.Controller.Isolate)
 }
 
 // Release puts scope's breaker back to closed for the whole fleet; see
 // [Breaker.Isolate].
 func (b *Breaker) Release(ctx context.Context, scope string, n coordinator.Note) (coordinator.Result, error) {
-	return b.control(ctx, scope, n, coordinator.Controller.Release)
+	return b.control(ctx, scope, "release", n, coordinator.Controller.Release)
 }
 
 // Disable lets every call of scope through, fleet-wide, until Enable; see
 // [Breaker.Isolate].
 func (b *Breaker) Disable(ctx context.Context, scope string, n coordinator.Note) (coordinator.Result, error) {
-	return b.control(ctx, scope, n, coordinator.Controller.Disable)
+	return b.control(ctx, scope, "disable", n, coordinator.Controller.Disable)
 }
 
 // Enable puts a disabled breaker back under its rules; see
 // [Breaker.Isolate].
 func (b *Breaker) Enable(ctx context.Context, scope string, n coordinator.Note) (coordinator.Result, error) {
-	return b.control(ctx, scope, n, coordinator.Controller.Enable)
+	return b.control(ctx, scope, "enable", n, coordinator.Controller.Enable)
 }
 
 type controlOp func(coordinator.Controller, context.Context, string, coordinator.Policy, coordinator.Note) (coordinator.Result, error)
 
-func (b *Breaker) control(ctx context.Context, scope string, n coordinator.Note, op controlOp) (coordinator.Result, error) {
+func (b *Breaker) control(ctx context.Context, scope, op string, n coordinator.Note, f controlOp) (coordinator.Result, error) {
 	ctl, ok := b.c.(coordinator.Controller)
 	if !ok {
 		return coordinator.Result{}, fmt.Errorf("%w: %T", ErrNoController, b.c)
 	}
-	epoch := b.learning(scope)
-	res, err := op(ctl, ctx, scope, b.cfg.policy, n)
-	if err != nil {
-		return res, err
+	// The caller's mistake, not the coordinator's: no round trip.
+	if err := n.Validate(op); err != nil {
+		return coordinator.Result{}, fmt.Errorf("cbgrpc: %s %q: %w", op, scope, err)
 	}
-	b.learnResult(epoch, scope, res)
-	if res.Transition != nil {
-		b.tel.transition(ctx, res.Transition, nil)
+	if !b.enter() {
+		return coordinator.Result{}, ErrClosed
 	}
-	return res, nil
+	defer b.admits.Done()
+	var res coordinator.Result
+	_, err := b.roundTrip(ctx, trip{op: op, scope: scope, timeout: operatorTimeout, wg: &b.admits},
+		func(ctx context.Context) (answer, error) {
+			var err error
+			res, err = f(ctl, ctx, scope, b.cfg.policy, n)
+			return resulted(res), err
+		})
+	return res, err
 }
+
+// operatorTimeout bounds an operator's command through a Breaker: a
+// person is waiting, not a call, so it is longer than the coordinator
+// timeout, but a coordinator that does not answer still gets an answer.
+const operatorTimeout = 10 * time.Second

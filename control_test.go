@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
@@ -57,7 +58,7 @@ func TestBreakerIsolateAndRelease(t *testing.T) {
 }
 
 func TestBreakerControlNeedsAController(t *testing.T) {
-	_, tc := memoryWith(t, newClock()) // the wrapper hides memory's Controller
+	_, tc := memoryWith(t, coordinatortest.NewClock()) // the wrapper hides memory's Controller
 	b := newBreaker(t, tc)
 	if _, err := b.Isolate(context.Background(), "s", coordinator.Note{Reason: "x"}); !errors.Is(err, ErrNoController) {
 		t.Fatalf("Isolate over a coordinator without control: %v, want ErrNoController", err)

@@ -26,10 +26,13 @@
 //   - Admission: the coordinator answers Allow (closed), Probe (one of the
 //     half-open probe slots) or Reject. A rejected call returns an error
 //     matching [ErrOpen], with gRPC status Unavailable, without reaching the
-//     network. Admission waits at most [WithCoordinatorTimeout]. Over a
-//     coordinator with a transition feed (both of this module's), a scope
-//     known closed is admitted, and one known open rejected, without a
-//     round trip: see [WithAdmissionCache].
+//     network. Admission waits at most [WithCoordinatorTimeout]. What the
+//     process knows of each scope is one table, ordered by generation, that
+//     every answer of the coordinator goes through. Over a coordinator with
+//     a transition feed (both of this module's), a scope known closed is
+//     admitted, and one known open rejected, without a round trip: see
+//     [WithAdmissionCache]. A scope with no call for a whole window is
+//     forgotten, so memory is bounded by the scopes in use.
 //   - Classification: when the call ends, a [Classifier] says whether it was
 //     a [Success], a [Failure] or says nothing ([Ignore]); see
 //     [DefaultClassifier] and [FailOn].

@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
@@ -143,26 +144,6 @@ func dial(t testing.TB, addr string, b *Breaker, opts ...grpc.DialOption) *grpc.
 	return cc
 }
 
-// clock is a settable clock for the memory coordinator.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Unix(1_700_000_000, 0)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // tripPolicy trips on the first failure, so that tests need one call.
 func tripPolicy() coordinator.Policy {
 	p := coordinator.DefaultPolicy()
@@ -173,6 +154,23 @@ func tripPolicy() coordinator.Policy {
 	p.ProbeSuccesses = 1
 	p.MaxOpenFor = 0
 	return p
+}
+
+// tripScope opens scope as another replica would: it admits a call, which
+// gives birth to the scope if needed, and records its failure. It returns
+// the open generation; p must trip on one failure.
+func tripScope(t testing.TB, c coordinator.Coordinator, scope string, p coordinator.Policy) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	d, err := c.Admit(ctx, scope, p, "tripper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Record(ctx, scope, p, []coordinator.Outcome{{Generation: d.Generation, Failure: true}})
+	if err != nil || res.State != coordinator.StateOpen {
+		t.Fatalf("tripping %q: %+v, %v", scope, res, err)
+	}
+	return res.Generation
 }
 
 // mode says how a [testCoordinator] answers.
@@ -298,6 +296,13 @@ func (c *testCoordinator) Settle(ctx context.Context, scope string, p coordinato
 	return c.Coordinator.Settle(ctx, scope, p, claim, o)
 }
 
+// notClosed reports whether b remembers scope as not closed, so that it
+// rejects the scope while the coordinator is unreachable.
+func notClosed(b *Breaker, scope string) bool {
+	_, ok := b.known.notClosed(scope)
+	return ok
+}
+
 // eventually polls cond until it holds or 5s pass.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
@@ -412,7 +417,7 @@ func ourGoroutines() map[string]string {
 }
 
 // memoryWith returns a memory coordinator on clk, wrapped for counting.
-func memoryWith(t testing.TB, clk *clock) (*memory.Coordinator, *testCoordinator) {
+func memoryWith(t testing.TB, clk *coordinatortest.Clock) (*memory.Coordinator, *testCoordinator) {
 	m := memory.New(memory.WithClock(clk.Now))
 	return m, newTestCoordinator(t, m)
 }

@@ -64,6 +64,13 @@ const (
 	// DefaultQueueSize is how many outcomes may wait for the recorder
 	// before new ones are dropped.
 	DefaultQueueSize = 4096
+	// DefaultAdmissionCacheMaxAge bounds how long a scope read closed from
+	// the coordinator is admitted locally without asking again. A busy
+	// scope is confirmed by every Record result (one per record interval),
+	// so the bound matters for quiet scopes and for a feed that died
+	// without a word: it is the longest this process can go on admitting a
+	// scope that tripped in a way it did not hear of.
+	DefaultAdmissionCacheMaxAge = time.Second
 
 	// closeTimeout bounds Close. It exceeds go-redis's default ReadTimeout
 	// (5s in v9.23) so that, with a default client, a coordinator call
@@ -236,17 +243,18 @@ func WithQueueSize(n int) Option {
 // [DefaultAdmissionCacheMaxAge].
 //
 // The cache works only over a coordinator that publishes its transitions
-// ([coordinator.Watcher]; both coordinators of this module do). While the
-// feed is connected, a scope known closed is admitted locally and a scope
-// known open is rejected locally until its open period ends; half-open
-// always asks the coordinator. A trip made anywhere in the fleet reaches
-// the cache over the feed within a few milliseconds. What it trades: calls
-// admitted between a trip and the moment its news arrives go through (their
-// outcomes are stale and change nothing), and if the feed dies without an
-// error this process may admit a tripped scope for up to maxAge (or until
-// its next Record result says otherwise). When the feed breaks, the cache
-// is dropped and every admission asks the coordinator until a new feed
-// follows the scope.
+// ([coordinator.Watcher]; both coordinators of this module do). What the
+// process knows of each scope is one table, fed by every answer of the
+// coordinator and by the feed, and ordered by generation. While the feed is
+// connected, a scope known closed is admitted locally and a scope known open
+// is rejected locally until its open period ends; half-open always asks the
+// coordinator. A trip made anywhere in the fleet reaches the cache over the
+// feed within a few milliseconds. What it trades: calls admitted between a
+// trip and the moment its news arrives go through (their outcomes are stale
+// and change nothing), and if the feed dies without an error this process
+// may admit a tripped scope for up to maxAge (or until its next Record
+// result says otherwise). When the feed breaks, or from a coordinator error
+// until a coordinator call succeeds, nothing is answered locally.
 func WithAdmissionCache(maxAge time.Duration) Option {
 	return optionFunc(func(c *config) { c.cacheMaxAge = maxAge })
 }

@@ -28,22 +28,18 @@ func BenchmarkTripPropagation(b *testing.B) {
 	const scope = "propagation"
 	ctx := context.Background()
 
-	// Each replica reports when its cache has applied a transition, with
-	// the time it did: no polling loop competes with the feed for the CPU.
-	type heard struct {
-		gen uint64
-		to  coordinator.State
-		at  time.Time
-	}
-	heardc := make(chan heard, 64*replicas)
+	// Each replica's feed reports when it hands a transition to the
+	// Breaker, which learns it in the same goroutine at once: no polling
+	// loop competes with the feed for the CPU.
+	heardc := make(chan heardAt, 64*replicas)
 	var breakers []*Breaker
 	for range replicas {
-		br, err := New(cbredis.New(srv.Client(b)), WithPolicy(p), WithAdmissionCache(time.Hour))
+		c := &timedFeed{Coordinator: cbredis.New(srv.Client(b)), heard: heardc}
+		br, err := New(c, WithPolicy(p), WithAdmissionCache(time.Hour))
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer br.Close()
-		br.cache.heardHook = func(t coordinator.Transition) { heardc <- heard{t.Generation, t.To, time.Now()} }
 		br.admit(ctx, scope)
 		breakers = append(breakers, br)
 	}
@@ -59,7 +55,7 @@ func BenchmarkTripPropagation(b *testing.B) {
 		for n := 0; n < replicas; {
 			select {
 			case h := <-heardc:
-				if h.gen == gen && h.to == s {
+				if h.Generation == gen && h.To == s {
 					n++
 					last = h.at
 				}
@@ -102,4 +98,38 @@ func BenchmarkTripPropagation(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[(len(lat)*99)/100].Microseconds()), "p99-µs")
 	b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
+}
+
+// heardAt is a transition and when a replica's feed delivered it.
+type heardAt struct {
+	coordinator.Transition
+	at time.Time
+}
+
+// timedFeed is a Redis coordinator whose feed reports every transition it
+// delivers, with the time.
+type timedFeed struct {
+	*cbredis.Coordinator
+	heard chan<- heardAt
+}
+
+func (c *timedFeed) Watch(ctx context.Context) (coordinator.Watch, error) {
+	w, err := c.Coordinator.Watch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &timedWatch{Watch: w, heard: c.heard}, nil
+}
+
+type timedWatch struct {
+	coordinator.Watch
+	heard chan<- heardAt
+}
+
+func (w *timedWatch) Next(ctx context.Context) (coordinator.Transition, error) {
+	t, err := w.Watch.Next(ctx)
+	if err == nil {
+		w.heard <- heardAt{t, time.Now()}
+	}
+	return t, err
 }

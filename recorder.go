@@ -41,10 +41,14 @@ type batch struct {
 // Nothing is retried beyond the one retry of a transport error: an outcome
 // that cannot be delivered is dropped and counted.
 type recorder struct {
-	b     *Breaker
-	queue chan item
-	done  chan string // scope whose Record returned
-	quit  chan struct{}
+	b *Breaker
+	// mu orders add against stop: an outcome is queued before stop marks
+	// the recorder closed, and then flushed, or it is counted dropped.
+	mu     sync.RWMutex
+	closed bool
+	queue  chan item
+	done   chan string // scope whose Record returned
+	quit   chan struct{}
 	// stopped is closed when the loop has returned.
 	stopped chan struct{}
 	// wg counts the loop and every goroutine it started. Only they add to
@@ -71,11 +75,14 @@ func newRecorder(b *Breaker) *recorder {
 
 // add queues an outcome; it never blocks the call.
 func (r *recorder) add(it item) {
-	select {
-	case <-r.quit:
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if testHookRecorderAdd != nil {
+		testHookRecorderAdd()
+	}
+	if r.closed {
 		r.b.tel.drop(it.scope, dropClosed, 1)
 		return
-	default:
 	}
 	select {
 	case r.queue <- it:
@@ -83,6 +90,10 @@ func (r *recorder) add(it item) {
 		r.b.tel.drop(it.scope, dropQueueFull, 1)
 	}
 }
+
+// testHookRecorderAdd, when set by a test, runs inside add, to interleave
+// an outcome with Close.
+var testHookRecorderAdd func()
 
 func (r *recorder) loop() {
 	defer r.wg.Done()
@@ -179,28 +190,20 @@ func (r *recorder) send(scope string, bt *batch) {
 
 func (r *recorder) record(scope string, outcomes []coordinator.Outcome, links []trace.Link) {
 	b := r.b
-	if b.inBackoff() {
+	if b.health.inBackoff() {
 		b.tel.drop(scope, dropBackoff, len(outcomes))
 		return
 	}
 	// The same ID on the retry: a Record that did land before its answer
 	// was lost then counts once.
 	ctx := coordinator.WithBatchID(context.Background(), uuid.NewString())
-	epoch := b.learning(scope)
-	var res coordinator.Result
-	err := b.call(ctx, scope, "record", &r.wg, func(ctx context.Context) error {
-		var err error
-		res, err = b.c.Record(ctx, scope, b.cfg.policy, outcomes)
-		return err
-	})
+	_, err := b.roundTrip(ctx, trip{op: "record", scope: scope, timeout: b.cfg.timeout, wg: &r.wg, links: links},
+		func(ctx context.Context) (answer, error) {
+			res, err := b.c.Record(ctx, scope, b.cfg.policy, outcomes)
+			return resulted(res), err
+		})
 	if err != nil {
-		b.failedOn(err)
 		b.tel.drop(scope, dropCoordinator, len(outcomes))
-		return
-	}
-	b.learnResult(epoch, scope, res)
-	if res.Transition != nil {
-		b.tel.transition(context.Background(), res.Transition, links)
 	}
 }
 
@@ -213,27 +216,20 @@ func (r *recorder) settle(it item) {
 	go func() {
 		defer r.wg.Done()
 		b := r.b
-		if b.inBackoff() {
+		if b.health.inBackoff() {
 			b.tel.drop(it.scope, dropBackoff, 1)
 			return
 		}
-		epoch := b.learning(it.scope)
-		var res coordinator.Result
-		err := b.call(context.Background(), it.scope, "settle", &r.wg, func(ctx context.Context) error {
-			var err error
-			res, err = b.c.Settle(ctx, it.scope, b.cfg.policy, it.claim, it.outcome)
-			return err
-		})
+		// The probe causes what its settlement does: a transition span is
+		// the probe call's child.
+		probe := trace.ContextWithSpanContext(context.Background(), it.caller)
+		_, err := b.roundTrip(context.Background(), trip{op: "settle", scope: it.scope, timeout: b.cfg.timeout, wg: &r.wg, span: probe},
+			func(ctx context.Context) (answer, error) {
+				res, err := b.c.Settle(ctx, it.scope, b.cfg.policy, it.claim, it.outcome)
+				return resulted(res), err
+			})
 		if err != nil {
-			b.failedOn(err)
 			b.tel.drop(it.scope, dropCoordinator, 1)
-			return
-		}
-		b.learnResult(epoch, it.scope, res)
-		if res.Transition != nil {
-			// The probe caused it: the span is the probe call's child.
-			parent := trace.ContextWithSpanContext(context.Background(), it.caller)
-			b.tel.transition(parent, res.Transition, nil)
 		}
 	}()
 }
@@ -242,6 +238,11 @@ func (r *recorder) settle(it item) {
 // recorder, until deadline. It reports whether all of them returned.
 func (r *recorder) stop(deadline time.Time) bool {
 	r.flushBy = deadline
+	// Every add that saw the recorder open has queued its outcome once
+	// this lock is held: flush finds it.
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
 	close(r.quit)
 	return waitUntil(&r.wg, deadline)
 }

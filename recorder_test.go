@@ -2,6 +2,7 @@ package cbgrpc
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 )
 
 // quietPolicy never trips in these tests, so every outcome counts.
@@ -24,7 +26,7 @@ func quietPolicy() coordinator.Policy {
 // TestGroupCommit: while one Record of a scope is in flight, outcomes
 // accumulate, and go in one next Record as soon as it returns.
 func TestGroupCommit(t *testing.T) {
-	_, tc := memoryWith(t, newClock())
+	_, tc := memoryWith(t, coordinatortest.NewClock())
 	gate := make(chan struct{})
 	var first atomic.Bool
 	tc.recordHook = func() {
@@ -61,7 +63,7 @@ func TestGroupCommit(t *testing.T) {
 // TestSuccessesWaitFailuresDoNot: with a long interval, successes wait
 // (until Close flushes them); a failure goes at once.
 func TestSuccessesWaitFailuresDoNot(t *testing.T) {
-	_, tc := memoryWith(t, newClock())
+	_, tc := memoryWith(t, coordinatortest.NewClock())
 	b := newBreaker(t, tc, WithPolicy(quietPolicy()), WithRecordInterval(time.Hour))
 	svc := &service{}
 	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, svc), b))
@@ -88,7 +90,7 @@ func TestSuccessesWaitFailuresDoNot(t *testing.T) {
 // TestQueueFullDrops: outcomes beyond the queue are dropped and counted,
 // and the calls are not slowed down.
 func TestQueueFullDrops(t *testing.T) {
-	_, tc := memoryWith(t, newClock())
+	_, tc := memoryWith(t, coordinatortest.NewClock())
 	gate := make(chan struct{})
 	tc.recordHook = func() { <-gate }
 	mt := newMetrics()
@@ -115,7 +117,7 @@ func TestQueueFullDrops(t *testing.T) {
 // TestRecordRetrySameBatchID: a Record that failed in transit is retried
 // once with the same batch ID, so the coordinator can tell a repeat.
 func TestRecordRetrySameBatchID(t *testing.T) {
-	_, tc := memoryWith(t, newClock())
+	_, tc := memoryWith(t, coordinatortest.NewClock())
 	b := newBreaker(t, tc, WithPolicy(quietPolicy()))
 	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, &service{}), b))
 	client.EmptyCall(context.Background(), &testpb.Empty{})
@@ -145,7 +147,7 @@ func TestRecordRetrySameBatchID(t *testing.T) {
 // TestCallsAfterCloseRunUnprotected: after Close calls run unprotected and
 // nothing is left running.
 func TestCallsAfterCloseRunUnprotected(t *testing.T) {
-	_, tc := memoryWith(t, newClock())
+	_, tc := memoryWith(t, coordinatortest.NewClock())
 	b := newBreaker(t, tc)
 	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, &service{}), b))
 	if err := b.Close(); err != nil {
@@ -159,5 +161,39 @@ func TestCallsAfterCloseRunUnprotected(t *testing.T) {
 	}
 	if tc.admits.Load() != 0 {
 		t.Error("a call after Close asked the coordinator")
+	}
+}
+
+// An outcome handed to the recorder while Close runs is sent or counted as
+// dropped, never lost. The interleaving is forced: Close starts after add
+// has seen the recorder open and before add has queued the outcome.
+func TestOutcomeRacingCloseIsNeverLost(t *testing.T) {
+	_, tc := memoryWith(t, coordinatortest.NewClock())
+	mt := newMetrics()
+	b := newBreaker(t, tc, WithPolicy(quietPolicy()), WithRecordInterval(time.Hour), WithMeterProvider(mt.mp))
+	ctx := context.Background()
+	tk, err := b.admit(ctx, "close/race")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	testHookRecorderAdd = func() {
+		go func() { closed <- b.Close() }()
+		// Until Close waits to mark the recorder closed: a writer is then
+		// pending, and a new reader is refused.
+		for b.rec.mu.TryRLock() {
+			b.rec.mu.RUnlock()
+			runtime.Gosched()
+		}
+	}
+	t.Cleanup(func() { testHookRecorderAdd = nil })
+	b.finish(ctx, tk, "/m", nil)
+	testHookRecorderAdd = nil
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	sent, dropped := tc.recorded.Load(), mt.sum(t, "cbgrpc.outcomes.dropped")
+	if sent != 1 || dropped != 0 {
+		t.Errorf("an outcome added while Close ran: %d sent, %d dropped; want it sent by Close's flush", sent, dropped)
 	}
 }

@@ -3,7 +3,13 @@ package cbgrpc
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -140,4 +146,121 @@ func TestRedisOneTripOneSpan(t *testing.T) {
 	if spans != 1 {
 		t.Errorf("%d closed -> open spans across %d replicas, want exactly 1", spans, replicas)
 	}
+}
+
+// TestRedisMemoryBoundedByScopesInUse drives 100,000 distinct scopes
+// through one Breaker over Redis, with a 200ms window so that the run
+// spans many windows: what the Breaker holds (its table, its feed's
+// subscriptions on the server, its heap) stays bounded by the scopes
+// called in the last window or so, and goes back to nothing once calls
+// stop.
+func TestRedisMemoryBoundedByScopesInUse(t *testing.T) {
+	srv := redistest.Start(t)
+	inspect := srv.Client(t)
+	p := coordinator.DefaultPolicy()
+	p.Window = 200 * time.Millisecond
+	b := newBreaker(t, cbredis.New(srv.Client(t)), WithPolicy(p))
+	ctx := context.Background()
+	subscriptions := func() int {
+		list, err := inspect.ClientList(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, line := range strings.Split(list, "\n") {
+			for _, f := range strings.Fields(line) {
+				if v, ok := strings.CutPrefix(f, "sub="); ok {
+					k, _ := strconv.Atoi(v)
+					n += k
+				}
+			}
+		}
+		return n
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+
+	const (
+		total   = 100_000
+		callers = 8
+	)
+	base := heap()
+	var (
+		next      atomic.Int64
+		mu        sync.Mutex
+		startedAt = make([]time.Time, 0, total) // when each scope had its call, in order
+	)
+	// recent counts the scopes called since the start of the table's
+	// forgetting horizon, and all so far: a scope is forgotten a window
+	// after its last call, at the next sweep (a quarter window later), and
+	// a loaded machine (the race detector, 8 callers on 2 cores) may be
+	// late by as much again.
+	recent := func() (int, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		horizon := time.Now().Add(-2 * (p.Window + p.Window/4))
+		i, _ := slices.BinarySearchFunc(startedAt, horizon, time.Time.Compare)
+		return len(startedAt) - i, len(startedAt)
+	}
+	var peakTable, peakSubs, peakRecent int
+	var peakHeap uint64
+	sample := func() {
+		table, subs := b.known.size(), subscriptions()
+		r, all := recent()
+		peakTable, peakSubs, peakRecent, peakHeap = max(peakTable, table), max(peakSubs, subs), max(peakRecent, r), max(peakHeap, heap())
+		if table > r || subs > r {
+			t.Errorf("after %d scopes: table %d, subscriptions %d; want at most the %d scopes called recently", all, table, subs, r)
+		}
+	}
+
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > total {
+					return
+				}
+				mu.Lock()
+				startedAt = append(startedAt, time.Now())
+				mu.Unlock()
+				tk, err := b.admit(ctx, fmt.Sprintf("scale/%d", i))
+				if err != nil {
+					t.Errorf("scope %d: %v", i, err)
+					return
+				}
+				b.finish(ctx, tk, "/m", nil)
+			}
+		}()
+	}
+	finished := waitGroupDone(&wg)
+	for done := false; !done; {
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-finished:
+			done = true
+		}
+		sample()
+	}
+	t.Logf("%d scopes: peak table %d, peak subscriptions %d, peak scopes called in the horizon %d, heap %d MiB at start, peak %d MiB",
+		total, peakTable, peakSubs, peakRecent, base>>20, peakHeap>>20)
+	eventually(t, "every scope to be forgotten and unfollowed", func() bool {
+		return b.known.size() == 0 && subscriptions() == 0
+	})
+	if end := heap(); end > base+8<<20 {
+		t.Errorf("heap %d MiB once every scope is forgotten; want back near the %d MiB at start", end>>20, base>>20)
+	}
+}
+
+// waitGroupDone returns a channel closed when wg is done.
+func waitGroupDone(wg *sync.WaitGroup) <-chan struct{} {
+	c := make(chan struct{})
+	go func() { wg.Wait(); close(c) }()
+	return c
 }

@@ -41,7 +41,7 @@ func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
 		if err != nil {
 			return nil, err
 		}
-		if !t.track && t.unrecorded == "" {
+		if t.fate == unprotected {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
 		end := &streamEnd{b: b, ctx: ctx, t: t, method: method}

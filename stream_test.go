@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 )
 
 // countingClassifier classifies like DefaultClassifier, except that Canceled
@@ -147,7 +148,7 @@ func TestStreamEndsOnce(t *testing.T) {
 				name = "probe/" + name
 			}
 			t.Run(name, func(t *testing.T) {
-				clk := newClock()
+				clk := coordinatortest.NewClock()
 				m, tc := memoryWith(t, clk)
 				p := tripPolicy()
 				svc := &service{}
@@ -194,13 +195,10 @@ func TestStreamEndsOnce(t *testing.T) {
 
 // openScope trips scope and lets its open period pass, so that the next
 // admission is a probe.
-func openScope(t testing.TB, m coordinator.Coordinator, clk *clock, scope string, p coordinator.Policy) {
+func openScope(t testing.TB, m coordinator.Coordinator, clk *coordinatortest.Clock, scope string, p coordinator.Policy) {
 	t.Helper()
-	res, err := m.Record(context.Background(), scope, p, []coordinator.Outcome{{Failure: true}})
-	if err != nil || res.State != coordinator.StateOpen {
-		t.Fatalf("tripping %q: %+v, %v", scope, res, err)
-	}
-	clk.Add(p.OpenFor)
+	tripScope(t, m, scope, p)
+	clk.Advance(p.OpenFor)
 }
 
 // fakeStream ends the way a test says, without gRPC: it stands for an
@@ -246,7 +244,7 @@ func TestStreamEndsWithoutGRPC(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, tc := memoryWith(t, newClock())
+			_, tc := memoryWith(t, coordinatortest.NewClock())
 			cl := &countingClassifier{}
 			b := newBreaker(t, tc, WithClassifier(cl.classify))
 			var finish func(error)
@@ -281,7 +279,7 @@ func TestStreamEndsWithoutGRPC(t *testing.T) {
 // TestAbandonedProbeStreamFreesItsSlotByLease: a probe stream that is never
 // ended holds its slot until the lease runs out, and no longer.
 func TestAbandonedProbeStreamFreesItsSlotByLease(t *testing.T) {
-	clk := newClock()
+	clk := coordinatortest.NewClock()
 	m, tc := memoryWith(t, clk)
 	p := tripPolicy()
 	b := newBreaker(t, tc, WithPolicy(p))
@@ -298,7 +296,7 @@ func TestAbandonedProbeStreamFreesItsSlotByLease(t *testing.T) {
 	if _, err := client.FullDuplexCall(context.Background()); !errors.Is(err, ErrOpen) {
 		t.Fatalf("second stream while the probe slot is held: %v, want ErrOpen", err)
 	}
-	clk.Add(p.ProbeLease)
+	clk.Advance(p.ProbeLease)
 	s, err := client.FullDuplexCall(context.Background())
 	if err != nil {
 		t.Fatalf("stream after the lease ran out: %v, want a new probe", err)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
@@ -88,7 +89,7 @@ func TestOneTripOneSpanAcrossTheFleet(t *testing.T) {
 // closed span a child of the probe whose settlement closed it. A rejected
 // call gets an event.
 func TestTransitionSpansAreChildrenOfTheirCalls(t *testing.T) {
-	clk := newClock()
+	clk := coordinatortest.NewClock()
 	m, tc := memoryWith(t, clk)
 	tr := newTracing()
 	mt := newMetrics()
@@ -100,9 +101,7 @@ func TestTransitionSpansAreChildrenOfTheirCalls(t *testing.T) {
 	tracer := tr.tp.Tracer("test")
 
 	// Trip it, then make sure the Breaker knows, with a rejected call.
-	if _, err := m.Record(context.Background(), scope, p, []coordinator.Outcome{{Failure: true}}); err != nil {
-		t.Fatal(err)
-	}
+	tripScope(t, m, scope, p)
 	ctx, rejectedSpan := tracer.Start(context.Background(), "rejected")
 	_, err := client.EmptyCall(ctx, &testpb.Empty{})
 	rejectedSpan.End()
@@ -113,7 +112,7 @@ func TestTransitionSpansAreChildrenOfTheirCalls(t *testing.T) {
 		t.Errorf("%d rejection events, want 1", len(ev))
 	}
 
-	clk.Add(p.OpenFor)
+	clk.Advance(p.OpenFor)
 	ctx, probe := tracer.Start(context.Background(), "probe")
 	if _, err := client.EmptyCall(ctx, &testpb.Empty{}); err != nil {
 		t.Fatalf("probe: %v", err)

@@ -2,10 +2,7 @@ package cbgrpc
 
 import (
 	"context"
-	"errors"
-	"time"
 
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
@@ -47,43 +44,4 @@ func target(cc *grpc.ClientConn) string {
 		return ""
 	}
 	return cc.Target()
-}
-
-// finish classifies the end of an admitted call and hands its outcome to
-// the recorder. It never changes the call's result.
-func (b *Breaker) finish(ctx context.Context, t ticket, method string, err error) {
-	if !t.track && t.unrecorded == "" {
-		return
-	}
-	d := time.Since(t.start)
-	class := Ignore
-	// Our own rejection (from another Breaker further down the chain) says
-	// nothing about the dependency.
-	if !errors.Is(err, ErrOpen) {
-		class = b.classify(ctx, method, err)
-	}
-	if class == Ignore {
-		// An ignored probe is not settled: its lease frees the slot.
-		return
-	}
-	if !t.track {
-		b.tel.drop(t.scope, t.unrecorded, 1)
-		return
-	}
-	if class == Failure && b.cache != nil {
-		// A failure seen here may be the start of a trip: until the
-		// coordinator answers again, this scope's admissions ask it, so
-		// that a failing dependency is not fed from the cache while the
-		// news of the trip travels.
-		b.cache.suspect(t.scope)
-	}
-	it := item{
-		scope:   t.scope,
-		outcome: coordinator.Outcome{Generation: t.gen, Failure: class == Failure, Duration: d},
-		caller:  trace.SpanContextFromContext(ctx),
-	}
-	if t.verdict == coordinator.Probe {
-		it.claim = t.claim
-	}
-	b.rec.add(it)
 }

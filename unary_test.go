@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 )
 
 var classificationTable = []struct {
@@ -44,7 +45,7 @@ var classificationTable = []struct {
 func TestClassificationTable(t *testing.T) {
 	for _, row := range classificationTable {
 		t.Run(row.code.String(), func(t *testing.T) {
-			_, tc := memoryWith(t, newClock())
+			_, tc := memoryWith(t, coordinatortest.NewClock())
 			svc := &service{}
 			if row.code != codes.OK {
 				svc.setErr(status.Error(row.code, "told to"))
@@ -120,7 +121,7 @@ func TestFailOn(t *testing.T) {
 // TestOwnRejectionIsNeverAnOutcome chains two Breakers: the inner one
 // rejects, and the outer one must not count that as the dependency failing.
 func TestOwnRejectionIsNeverAnOutcome(t *testing.T) {
-	m, outer := memoryWith(t, newClock())
+	m, outer := memoryWith(t, coordinatortest.NewClock())
 	inner := newTestCoordinator(t, m)
 	inner.set(modeFail)
 	// This classifier calls anything a failure, so only the Breaker's own
@@ -145,7 +146,7 @@ func TestOwnRejectionIsNeverAnOutcome(t *testing.T) {
 }
 
 func TestRejectedCallNeverReachesServer(t *testing.T) {
-	clk := newClock()
+	clk := coordinatortest.NewClock()
 	_, tc := memoryWith(t, clk)
 	svc := &service{}
 	svc.setErr(status.Error(codes.Unavailable, "down"))
@@ -184,7 +185,7 @@ func TestRejectedCallNeverReachesServer(t *testing.T) {
 // TestProbeSettlesAndCloses walks one scope closed -> open -> half-open ->
 // closed with unary calls.
 func TestProbeSettlesAndCloses(t *testing.T) {
-	clk := newClock()
+	clk := coordinatortest.NewClock()
 	_, tc := memoryWith(t, clk)
 	svc := &service{}
 	p := tripPolicy()
@@ -198,7 +199,7 @@ func TestProbeSettlesAndCloses(t *testing.T) {
 	client.EmptyCall(ctx, &testpb.Empty{})
 	eventually(t, "open", func() bool { return state(t, tc, scope, p) == coordinator.StateOpen })
 
-	clk.Add(p.OpenFor)
+	clk.Advance(p.OpenFor)
 	svc.setErr(nil)
 	if _, err := client.EmptyCall(ctx, &testpb.Empty{}); err != nil {
 		t.Fatalf("probe: %v", err)
@@ -207,7 +208,7 @@ func TestProbeSettlesAndCloses(t *testing.T) {
 	if got := tc.settles.Load(); got != 1 {
 		t.Errorf("Settle called %d times, want 1", got)
 	}
-	if _, ok := b.known.Load(scope); ok {
+	if notClosed(b, scope) {
 		t.Errorf("scope still remembered as not closed after it closed")
 	}
 }

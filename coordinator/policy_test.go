@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
@@ -191,8 +192,8 @@ func FuzzPolicyValidate(f *testing.F) {
 // exercise drives a valid policy through a trip, a failed probe and as
 // much of a recovery as a few calls allow, wanting no error.
 func exercise(t *testing.T, p coordinator.Policy) {
-	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	c := memory.New(memory.WithClock(func() time.Time { return now }))
+	clk := coordinatortest.NewClock()
+	c := memory.New(memory.WithClock(clk.Now))
 	ctx := context.Background()
 	check := func(op string, err error) {
 		t.Helper()
@@ -215,9 +216,7 @@ func exercise(t *testing.T, p coordinator.Policy) {
 		if s.State == coordinator.StateClosed {
 			return
 		}
-		if s.OpenUntil.After(now) {
-			now = s.OpenUntil
-		}
+		clk.Set(s.OpenUntil)
 		for i := 0; i < 4; i++ {
 			claim := string(rune('a' + i))
 			d, err := c.Admit(ctx, "s", p, claim)

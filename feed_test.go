@@ -5,15 +5,18 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
 // feedCoordinator is a counting test coordinator that also offers the
-// memory coordinator's transition feed, which a test can break.
+// transition feed of the coordinator it wraps, which a test can break or
+// silence.
 type feedCoordinator struct {
 	*testCoordinator
 	w coordinator.Watcher
@@ -22,10 +25,13 @@ type feedCoordinator struct {
 	watches []coordinator.Watch
 	refuse  bool // Watch fails
 	opened  int
+	// silent makes every watch drop what it hears without a word, as a
+	// feed connected to a demoted master would.
+	silent atomic.Bool
 }
 
-func newFeedCoordinator(t testing.TB, m *memory.Coordinator) *feedCoordinator {
-	return &feedCoordinator{testCoordinator: newTestCoordinator(t, m), w: m}
+func newFeedCoordinator(t testing.TB, c coordinator.Coordinator) *feedCoordinator {
+	return &feedCoordinator{testCoordinator: newTestCoordinator(t, c), w: c.(coordinator.Watcher)}
 }
 
 func (c *feedCoordinator) Watch(ctx context.Context) (coordinator.Watch, error) {
@@ -38,8 +44,23 @@ func (c *feedCoordinator) Watch(ctx context.Context) (coordinator.Watch, error) 
 	if err == nil {
 		c.watches = append(c.watches, w)
 		c.opened++
+		w = &silenceable{Watch: w, silent: &c.silent}
 	}
 	return w, err
+}
+
+type silenceable struct {
+	coordinator.Watch
+	silent *atomic.Bool
+}
+
+func (w *silenceable) Next(ctx context.Context) (coordinator.Transition, error) {
+	for {
+		t, err := w.Watch.Next(ctx)
+		if err != nil || !w.silent.Load() {
+			return t, err
+		}
+	}
 }
 
 // breakFeed closes every open subscription and refuses new ones until
@@ -60,18 +81,26 @@ func (c *feedCoordinator) mend() {
 	c.mu.Unlock()
 }
 
-// followed reports whether b's feed follows scope, so that its answers are
-// cached.
+// followed reports whether b's live feed follows scope, so that the
+// answers about it serve admissions.
 func followed(b *Breaker, scope string) bool {
-	epoch := b.cache.epoch.Load()
-	b.cache.mu.RLock()
-	defer b.cache.mu.RUnlock()
-	e, ok := b.cache.followed[scope]
-	return ok && epoch != 0 && e == epoch
+	live := b.known.live.Load()
+	b.known.mu.RLock()
+	defer b.known.mu.RUnlock()
+	e := b.known.scopes[scope]
+	return e != nil && live != 0 && e.followed == live
 }
 
-func cached(b *Breaker, scope string) (cacheEntry, bool) {
-	return b.cache.lookup(scope, time.Now())
+// cached returns what b knows of scope, and whether that decides an
+// admission now without the coordinator.
+func cached(b *Breaker, scope string) (fact, bool) {
+	b.known.mu.RLock()
+	var f fact
+	if e := b.known.scopes[scope]; e != nil {
+		f = e.fact
+	}
+	b.known.mu.RUnlock()
+	return f, b.health.trusted() && b.known.answers(f, time.Now())
 }
 
 // admitN admits n calls of scope and finishes each as a success.
@@ -134,7 +163,7 @@ func TestCacheHearsTripOfAnotherReplica(t *testing.T) {
 	}
 	// The process remembers the scope as open, for when the coordinator
 	// is unreachable.
-	if _, ok := b.known.Load(scope); !ok {
+	if !notClosed(b, scope) {
 		t.Error("a trip heard on the feed is not remembered as non-closed")
 	}
 }
@@ -152,7 +181,7 @@ func TestCacheDroppedWhenFeedBreaks(t *testing.T) {
 	}
 
 	fc.breakFeed()
-	eventually(t, "the cache is dropped", func() bool { return b.cache.epoch.Load() == 0 })
+	eventually(t, "the cache is dropped", func() bool { return b.known.live.Load() == 0 })
 	asked := fc.admits.Load()
 	admitN(t, b, scope, 10)
 	if got := fc.admits.Load() - asked; got != 10 {
@@ -194,7 +223,7 @@ func TestCacheAsksAgainAfterMaxAge(t *testing.T) {
 }
 
 func TestCacheHalfOpenAlwaysAsks(t *testing.T) {
-	clk := newClock()
+	clk := coordinatortest.NewClock()
 	m := memory.New(memory.WithClock(clk.Now))
 	fc := newFeedCoordinator(t, m)
 	p := tripPolicy()
@@ -214,7 +243,7 @@ func TestCacheHalfOpenAlwaysAsks(t *testing.T) {
 		e, ok := cached(b, scope)
 		return ok && e.state == coordinator.StateOpen
 	})
-	clk.Add(p.OpenFor)
+	clk.Advance(p.OpenFor)
 	// The cache's open period is measured in local time: wait it out.
 	eventually(t, "the cached open period ends", func() bool { _, ok := cached(b, scope); return !ok })
 	asked := fc.admits.Load()
@@ -276,7 +305,7 @@ func TestCacheNotUsedWhileCoordinatorFails(t *testing.T) {
 	fc.failRecords.Store(true)
 	tk, _ := b.admit(context.Background(), scope)
 	b.finish(context.Background(), tk, "/m", nil)
-	eventually(t, "the Breaker to back off", b.inBackoff)
+	eventually(t, "the Breaker to back off", b.health.inBackoff)
 	if _, err := b.admit(context.Background(), scope); !errors.Is(err, ErrOpen) {
 		t.Errorf("admission while the coordinator fails, fail-closed: %v, want ErrOpen", err)
 	}

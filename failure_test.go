@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
+	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
 // TestCoordinatorDown checks the rules of DESIGN.md section 5 for each
@@ -25,7 +27,7 @@ import (
 func TestCoordinatorDown(t *testing.T) {
 	for _, policy := range []FailurePolicy{FailOpen, FailClosed} {
 		t.Run(policy.String(), func(t *testing.T) {
-			_, tc := memoryWith(t, newClock())
+			_, tc := memoryWith(t, coordinatortest.NewClock())
 			tr := newTracing()
 			mt := newMetrics()
 			p := tripPolicy()
@@ -38,7 +40,7 @@ func TestCoordinatorDown(t *testing.T) {
 
 			svc.setErr(status.Error(codes.Unavailable, "down"))
 			client.EmptyCall(bg, &testpb.Empty{})
-			eventually(t, "the Breaker to learn the scope is open", func() bool { _, ok := b.known.Load(tripped); return ok })
+			eventually(t, "the Breaker to learn the scope is open", func() bool { return notClosed(b, tripped) })
 			svc.setErr(nil)
 
 			tc.set(modeFail)
@@ -89,7 +91,7 @@ func TestCoordinatorDown(t *testing.T) {
 // TestKnownScopeForgottenWhenSeenClosed: once the coordinator says a scope
 // is closed again, a coordinator outage treats it as any other scope.
 func TestKnownScopeForgottenWhenSeenClosed(t *testing.T) {
-	clk := newClock()
+	clk := coordinatortest.NewClock()
 	_, tc := memoryWith(t, clk)
 	p := tripPolicy()
 	b := newBreaker(t, tc, WithPolicy(p))
@@ -101,13 +103,13 @@ func TestKnownScopeForgottenWhenSeenClosed(t *testing.T) {
 
 	svc.setErr(status.Error(codes.Unavailable, "down"))
 	client.EmptyCall(bg, &testpb.Empty{})
-	eventually(t, "open", func() bool { _, ok := b.known.Load(scope); return ok })
+	eventually(t, "open", func() bool { return notClosed(b, scope) })
 	svc.setErr(nil)
-	clk.Add(p.OpenFor)
+	clk.Advance(p.OpenFor)
 	if _, err := client.EmptyCall(bg, &testpb.Empty{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "closed", func() bool { _, ok := b.known.Load(scope); return !ok })
+	eventually(t, "closed", func() bool { return !notClosed(b, scope) })
 	tc.set(modeFail)
 	if _, err := client.EmptyCall(bg, &testpb.Empty{}); err != nil {
 		t.Errorf("closed scope, coordinator down, fail-open: %v", err)
@@ -117,7 +119,7 @@ func TestKnownScopeForgottenWhenSeenClosed(t *testing.T) {
 // TestCompletedCallNeverFailsBecauseRecordingFailed: Record and Settle fail
 // or hang, and calls still return their own result, at once.
 func TestCompletedCallNeverFailsBecauseRecordingFailed(t *testing.T) {
-	_, tc := memoryWith(t, newClock())
+	_, tc := memoryWith(t, coordinatortest.NewClock())
 	defer tc.unblock()
 	mt := newMetrics()
 	b := newBreaker(t, tc, WithMeterProvider(mt.mp), WithCoordinatorBackoff(time.Millisecond))
@@ -147,7 +149,7 @@ func TestCompletedCallNeverFailsBecauseRecordingFailed(t *testing.T) {
 // TestAdmitRetriedOnceWithSameClaim: a transport error is retried once,
 // with the same claim, so a lost answer cannot take a second probe slot.
 func TestAdmitRetriedOnceWithSameClaim(t *testing.T) {
-	_, tc := memoryWith(t, newClock())
+	_, tc := memoryWith(t, coordinatortest.NewClock())
 	b := newBreaker(t, tc)
 	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, &service{}), b))
 	tc.failNext.Store(1)
@@ -165,7 +167,7 @@ func TestAdmitRetriedOnceWithSameClaim(t *testing.T) {
 	if claims != 1 {
 		t.Errorf("%d claims for one call, want 1", claims)
 	}
-	if b.downUntil.Load() != 0 {
+	if b.health.downUntil.Load() != 0 {
 		t.Errorf("a retried success put the coordinator in back-off")
 	}
 
@@ -185,7 +187,7 @@ func TestAdmitRetriedOnceWithSameClaim(t *testing.T) {
 // client) costs a call at most the coordinator timeout, is not retried, and
 // then the back-off spares the following calls.
 func TestAdmissionBoundedWhenCoordinatorIgnoresDeadline(t *testing.T) {
-	_, tc := memoryWith(t, newClock())
+	_, tc := memoryWith(t, coordinatortest.NewClock())
 	defer tc.unblock()
 	const timeout = 50 * time.Millisecond
 	b := newBreaker(t, tc, WithCoordinatorTimeout(timeout), WithCoordinatorBackoff(time.Hour))
@@ -222,7 +224,7 @@ func TestBackoffBoundsDeadCoordinatorCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timing")
 	}
-	_, tc := memoryWith(t, newClock())
+	_, tc := memoryWith(t, coordinatortest.NewClock())
 	defer tc.unblock()
 	const (
 		timeout = 50 * time.Millisecond
@@ -285,25 +287,25 @@ func TestBackoffBoundsDeadCoordinatorCost(t *testing.T) {
 // TestCoordinatorRecovers: after the back-off, one call asks again, and a
 // working coordinator is used from then on.
 func TestCoordinatorRecovers(t *testing.T) {
-	_, tc := memoryWith(t, newClock())
+	_, tc := memoryWith(t, coordinatortest.NewClock())
 	b := newBreaker(t, tc, WithCoordinatorBackoff(20*time.Millisecond))
 	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, &service{}), b))
 	tc.set(modeFail)
 	client.EmptyCall(context.Background(), &testpb.Empty{})
-	if b.downUntil.Load() == 0 {
+	if b.health.downUntil.Load() == 0 {
 		t.Fatal("no back-off after a failure")
 	}
 	tc.set(modeOK)
 	eventually(t, "the coordinator to be used again", func() bool {
 		client.EmptyCall(context.Background(), &testpb.Empty{})
-		return b.downUntil.Load() == 0
+		return b.health.downUntil.Load() == 0
 	})
 }
 
 // TestInvalidPolicyAtCoordinatorNotRetried: a coordinator that rejects the
 // policy is not asked twice.
 func TestInvalidPolicyAtCoordinatorNotRetried(t *testing.T) {
-	_, tc := memoryWith(t, newClock())
+	_, tc := memoryWith(t, coordinatortest.NewClock())
 	rc := &rejectingCoordinator{Coordinator: tc}
 	b := newBreaker(t, rc)
 	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, &service{}), b))
@@ -362,14 +364,14 @@ func (c corruptCoordinator) Admit(ctx context.Context, scope string, p coordinat
 // One scope with broken data is decided by the failure policy, alone: the
 // coordinator still answers for every other scope, so there is no back-off.
 func TestCorruptScopeDoesNotBackOffOtherScopes(t *testing.T) {
-	_, tc := memoryWith(t, newClock())
+	_, tc := memoryWith(t, coordinatortest.NewClock())
 	cc := corruptCoordinator{testCoordinator: tc, bad: "broken"}
 	b := newBreaker(t, cc, WithCoordinatorFailure(FailClosed), WithCoordinatorBackoff(time.Hour))
 	ctx := context.Background()
 	if _, err := b.admit(ctx, "broken"); !errors.Is(err, ErrOpen) {
 		t.Fatalf("admission of the broken scope, fail-closed: %v, want ErrOpen", err)
 	}
-	if b.inBackoff() {
+	if b.health.inBackoff() {
 		t.Fatal("one scope's broken data put the whole Breaker in back-off")
 	}
 	asked := tc.admits.Load()
@@ -401,11 +403,94 @@ func (c *snapshotCounter) Snapshot(ctx context.Context, scope string, p coordina
 // New warms the coordinator up with one read-only call, so that the first
 // admission does not pay for the first connection.
 func TestNewWarmsUpTheCoordinator(t *testing.T) {
-	_, tc := memoryWith(t, newClock())
+	_, tc := memoryWith(t, coordinatortest.NewClock())
 	sc := &snapshotCounter{testCoordinator: tc}
 	newBreaker(t, sc)
 	eventually(t, "the warm-up call", func() bool { return sc.snapshots.Load() == 1 })
 	if n := tc.admits.Load() + tc.records.Load() + tc.settles.Load(); n != 0 {
 		t.Errorf("the warm-up changed state: %d admits, records or settles", n)
+	}
+}
+
+// heldRecords holds the answer of one Record back after the coordinator
+// computed it, as a slow network would.
+type heldRecords struct {
+	*testCoordinator
+	hold    atomic.Bool
+	held    chan struct{} // receives once the held Record has been computed
+	release chan struct{}
+}
+
+func (c *heldRecords) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
+	res, err := c.testCoordinator.Record(ctx, scope, p, outcomes)
+	if c.hold.CompareAndSwap(true, false) {
+		c.held <- struct{}{}
+		<-c.release
+	}
+	return res, err
+}
+
+// A Record answer computed before a trip ("closed") that arrives after
+// this process learned of the trip must not erase it: in a later outage
+// the scope is still rejected, whatever the failure policy.
+func TestStaleClosedAnswerNeverErasesOpen(t *testing.T) {
+	clk := coordinatortest.NewClock()
+	m, tc := memoryWith(t, clk)
+	hc := &heldRecords{testCoordinator: tc, held: make(chan struct{}), release: make(chan struct{})}
+	p := tripPolicy()
+	b := newBreaker(t, hc, WithPolicy(p), WithCoordinatorTimeout(time.Hour), WithCoordinatorFailure(FailOpen))
+	ctx := context.Background()
+	const scope = "fencing/late-closed"
+	tk, err := b.admit(ctx, scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc.hold.Store(true)
+	b.finish(ctx, tk, "/m", nil)
+	<-hc.held // computed: closed, in tk's generation
+
+	// Another replica trips the scope; this one learns it from its own
+	// admission.
+	if res, _ := m.Record(ctx, scope, p, []coordinator.Outcome{{Generation: tk.gen, Failure: true}}); res.State != open {
+		t.Fatalf("trip: %+v", res)
+	}
+	if _, err := b.admit(ctx, scope); !errors.Is(err, ErrOpen) {
+		t.Fatalf("admission after the trip: %v; want ErrOpen", err)
+	}
+	close(hc.release)
+	// Close waits for the late answer to be learned; what the table knows
+	// stays, and decides a call as in an outage.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.decideWithout(ctx, scope, errTransport); !errors.Is(err, ErrOpen) {
+		t.Errorf("known-open scope with the coordinator down, after a late closed answer: %v; want ErrOpen", err)
+	}
+}
+
+// With FailClosed, a scope is never admitted without the coordinator, not
+// even from what the table knows once the back-off has ended: from the
+// first error until a coordinator call succeeds, the table answers
+// nothing.
+func TestFailClosedNeverBypassedAfterTheBackoff(t *testing.T) {
+	fc := newFeedCoordinator(t, memory.New())
+	b := newBreaker(t, fc, WithPolicy(tripPolicy()), WithCoordinatorFailure(FailClosed), WithCoordinatorBackoff(10*time.Millisecond))
+	ctx := context.Background()
+	const scope = "fencing/fail-closed"
+	admitN(t, b, scope, 1)
+	eventually(t, "the feed follows the scope", func() bool { return followed(b, scope) })
+	admitN(t, b, scope, 1)
+	if _, ok := cached(b, scope); !ok {
+		t.Fatal("closed scope not cached")
+	}
+
+	fc.set(modeFail)
+	admitN(t, b, scope, 1) // from the table; its Record fails
+	eventually(t, "the coordinator error", func() bool { return !b.health.trusted() })
+	eventually(t, "the back-off to end", func() bool { return !b.health.inBackoff() })
+	for i := range 20 {
+		if _, err := b.admit(ctx, scope); !errors.Is(err, ErrOpen) {
+			t.Fatalf("call %d after the back-off, coordinator still failing, fail-closed: %v; want ErrOpen", i, err)
+		}
 	}
 }

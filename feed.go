@@ -1,0 +1,112 @@
+package cbgrpc
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// feedRetry is how long the feed waits before opening a new connection
+// after one failed; meanwhile every admission asks the coordinator.
+const feedRetry = time.Second
+
+// feed keeps a connection to the coordinator's transition feed open while
+// the Breaker lives: it follows every scope of the table (and unfollows
+// those the table forgets), and hands every transition it hears to the
+// table like any other answer. The table trusts an answer for admissions
+// only while the connection that followed its scope lives; when one breaks,
+// the next starts over.
+type feed struct {
+	w    coordinator.Watcher
+	k    *knowledge
+	lost func(error) // a connection could not be opened, or broke
+	// epochs numbers the connections, from 1; only run touches it.
+	epochs uint64
+}
+
+// run keeps connections going until ctx ends.
+func (f *feed) run(ctx context.Context) {
+	for {
+		f.serve(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(feedRetry):
+		}
+	}
+}
+
+// serve runs one connection until it breaks or ctx ends.
+func (f *feed) serve(ctx context.Context) {
+	watch, err := f.w.Watch(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.lost(err)
+		}
+		return
+	}
+	defer watch.Close()
+	f.epochs++
+	epoch := f.epochs
+	if scopes := f.k.all(); len(scopes) > 0 {
+		if err := watch.Follow(ctx, scopes...); err != nil {
+			if ctx.Err() == nil {
+				f.lost(err)
+			}
+			return
+		}
+		f.k.connected(epoch, scopes)
+	} else {
+		f.k.connected(epoch, nil)
+	}
+	defer f.k.disconnected(epoch)
+
+	fctx, stop := context.WithCancel(ctx)
+	var follower sync.WaitGroup
+	follower.Add(1)
+	go func() {
+		defer follower.Done()
+		f.follow(fctx, watch, epoch)
+	}()
+	defer follower.Wait()
+	defer stop()
+	for {
+		t, err := watch.Next(ctx)
+		if err != nil {
+			f.k.disconnected(epoch)
+			if ctx.Err() == nil {
+				f.lost(err)
+			}
+			return
+		}
+		f.k.learn(epoch, t.Scope, heard(t), time.Now())
+	}
+}
+
+// follow does the table's work on connection epoch: following the scopes
+// new to it, unfollowing those it forgot.
+func (f *feed) follow(ctx context.Context, watch coordinator.Watch, epoch uint64) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.k.wake:
+		}
+		follow, unfollow := f.k.work(epoch)
+		if len(unfollow) > 0 {
+			if err := watch.Unfollow(ctx, unfollow...); err != nil {
+				// The connection is broken: Next says so, and the next
+				// connection follows only what the table holds.
+				return
+			}
+		}
+		if len(follow) > 0 {
+			if err := watch.Follow(ctx, follow...); err != nil {
+				return
+			}
+			f.k.followed(epoch, follow)
+		}
+	}
+}

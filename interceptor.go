@@ -1,0 +1,332 @@
+package cbgrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/status"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// Breaker is the client side of a fleet-wide circuit breaker: it derives the
+// scope of each call, asks the coordinator to admit it, classifies how it
+// ended and records the outcome in the background. One Breaker serves both
+// its unary and its stream interceptor, and any number of ClientConns; it
+// is safe for concurrent use. Close it when the process is done with it.
+type Breaker struct {
+	c      coordinator.Coordinator
+	cfg    config
+	tel    *telemetry
+	rec    *recorder
+	known  *knowledge
+	health health
+
+	// stop ends the background work (the feed, forgetting idle scopes);
+	// background counts its goroutines.
+	stop       context.CancelFunc
+	background sync.WaitGroup
+
+	// mu guards closed, so that no admission starts work after Close;
+	// admits counts the admissions in progress and their coordinator
+	// calls.
+	mu        sync.RWMutex
+	closed    bool
+	admits    sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New returns a Breaker over c. It fails when an option cannot work,
+// naming it; an invalid policy is reported wrapping
+// [coordinator.ErrInvalidPolicy].
+func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
+	if c == nil {
+		return nil, errNilCoordinator
+	}
+	if v := reflect.ValueOf(c); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("cbgrpc: New: coordinator is a nil %T; pass memory.New() or redis.New(client)", c)
+	}
+	cfg := newConfig(opts)
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	tel, err := newTelemetry(&cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cbgrpc: New: creating metric instruments: %w", err)
+	}
+	b := &Breaker{c: c, cfg: cfg, tel: tel, health: health{backoff: cfg.backoff}}
+	w, watches := c.(coordinator.Watcher)
+	maxAge := cfg.cacheMaxAge
+	if !watches {
+		// Without a feed nothing tells of a trip made elsewhere.
+		maxAge = 0
+	}
+	b.known = newKnowledge(maxAge, cfg.policy.Window)
+	b.rec = newRecorder(b)
+	ctx, stop := context.WithCancel(context.Background())
+	b.stop = stop
+	b.goBackground(func() { b.forgetIdle(ctx) })
+	if maxAge > 0 {
+		f := &feed{w: w, k: b.known, lost: func(err error) { b.tel.feedLost(ctx, err) }}
+		b.goBackground(func() { f.run(ctx) })
+	}
+	b.warmUp()
+	return b, nil
+}
+
+func (b *Breaker) goBackground(f func()) {
+	b.background.Add(1)
+	go func() {
+		defer b.background.Done()
+		f()
+	}()
+}
+
+// forgetIdle drops from the table, every quarter of a window, the scopes
+// that had no call for a whole window: memory is bounded by the scopes in
+// use. (The recorder forgets its own batches of idle scopes.)
+func (b *Breaker) forgetIdle(ctx context.Context) {
+	t := time.NewTicker(max(b.known.idle/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			b.known.forget(now)
+		}
+	}
+}
+
+// warmUpTimeout bounds the warm-up call.
+const warmUpTimeout = 5 * time.Second
+
+// warmUp makes one read-only coordinator call in the background, so that
+// the first admission does not pay for what a first call costs (a Redis
+// client dials its connection): under load that can exceed the
+// coordinator timeout and send a process that just started into back-off,
+// its calls unprotected. Its outcome is of no interest.
+func (b *Breaker) warmUp() {
+	b.admits.Add(1)
+	go func() {
+		defer b.admits.Done()
+		defer func() { recover() }() // a panicking coordinator is reported by the first real call
+		ctx, cancel := context.WithTimeout(context.Background(), warmUpTimeout)
+		defer cancel()
+		b.c.Snapshot(ctx, "", b.cfg.policy)
+	}()
+}
+
+func mustNew(fn string, c coordinator.Coordinator, opts []Option) *Breaker {
+	b, err := New(c, opts...)
+	if err != nil {
+		panic(fmt.Sprintf("cbgrpc.%s: %v", fn, err))
+	}
+	return b
+}
+
+// Close stops the Breaker: it sends the outcomes still waiting, waits for
+// the coordinator calls it started, and returns once no goroutine of the
+// Breaker is left, or after 10 seconds with an error saying what was left
+// behind. Outcomes that cannot be sent by then are dropped and counted.
+// Close returns within a round trip to a working coordinator; a call stuck
+// in a coordinator that ignores deadlines (a paused Redis behind a go-redis
+// client without ContextTimeoutEnabled: up to its 5s ReadTimeout) is waited
+// for. Calls made after Close run unprotected. Close is idempotent.
+func (b *Breaker) Close() error {
+	b.closeOnce.Do(func() { b.closeErr = b.close() })
+	return b.closeErr
+}
+
+func (b *Breaker) close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+
+	deadline := time.Now().Add(closeTimeout)
+	var errs []error
+	b.stop()
+	if !waitUntil(&b.background, deadline) {
+		errs = append(errs, errors.New("transition feed still open"))
+	}
+	if !b.rec.stop(deadline) {
+		errs = append(errs, errors.New("recorder still sending"))
+	}
+	if !waitUntil(&b.admits, deadline) {
+		errs = append(errs, errors.New("admissions still waiting for the coordinator"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("cbgrpc: Close: after %v: %w", closeTimeout, errors.Join(errs...))
+	}
+	return nil
+}
+
+// waitUntil waits for wg until deadline and reports whether it finished.
+func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// enter registers work that may call the coordinator, unless the Breaker
+// is closed; the caller calls b.admits.Done when it is over.
+func (b *Breaker) enter() bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return false
+	}
+	b.admits.Add(1)
+	return true
+}
+
+// fate is what becomes of an admitted call's outcome.
+type fate int8
+
+const (
+	// unprotected: no breaker applies (the Breaker is closed); the
+	// outcome is not taken.
+	unprotected fate = iota
+	// recorded: admitted while closed; the outcome goes to Record.
+	recorded
+	// probing: a half-open probe; the outcome settles its claim.
+	probing
+	// unadmitted: let through by the failure policy, with no generation
+	// to record under; the outcome is counted as dropped.
+	unadmitted
+)
+
+// ticket is an admitted call: what to do with its outcome.
+type ticket struct {
+	scope string
+	fate  fate
+	gen   uint64
+	claim string
+	start time.Time
+}
+
+// scopeOf returns the scope of a call, "" when it is not protected.
+func (b *Breaker) scopeOf(ctx context.Context, target, method string) string {
+	if b.cfg.excluded.has(method) {
+		return ""
+	}
+	return b.cfg.scope(ctx, target, method)
+}
+
+// admit decides whether a call of scope runs. A nil error means it runs;
+// otherwise the error is the call's result: a rejection ([*OpenError]) or
+// the caller's own context error.
+func (b *Breaker) admit(ctx context.Context, scope string) (ticket, error) {
+	if !b.enter() {
+		return ticket{}, nil
+	}
+	defer b.admits.Done()
+
+	now := time.Now()
+	if f := b.known.use(scope, now); b.health.trusted() && b.known.answers(f, now) {
+		return b.admitKnown(ctx, scope, f, now)
+	}
+	if !b.health.mayAsk() {
+		return b.decideWithout(ctx, scope, nil)
+	}
+	claim := uuid.NewString()
+	var d coordinator.Decision
+	_, err := b.roundTrip(ctx, trip{op: "admit", scope: scope, timeout: b.cfg.timeout, wg: &b.admits},
+		func(ctx context.Context) (answer, error) {
+			var err error
+			d, err = b.c.Admit(ctx, scope, b.cfg.policy, claim)
+			return decided(d), err
+		})
+	if err != nil {
+		if ctx.Err() != nil {
+			// The caller gave up: its call would have failed the same way.
+			return ticket{}, status.FromContextError(ctx.Err()).Err()
+		}
+		return b.decideWithout(ctx, scope, err)
+	}
+	b.tel.decision(ctx, scope, d.Verdict, byCoordinator)
+	switch d.Verdict {
+	case coordinator.Reject:
+		e := &OpenError{Scope: scope, State: d.State, RetryAfter: d.RetryAfter, Reason: rejectReason(d.State)}
+		rejected(ctx, e)
+		return ticket{}, e
+	case coordinator.Probe:
+		return ticket{scope: scope, fate: probing, gen: d.Generation, claim: claim, start: time.Now()}, nil
+	}
+	return ticket{scope: scope, fate: recorded, gen: d.Generation, start: time.Now()}, nil
+}
+
+// admitKnown decides a call from what the table knows, without a round
+// trip: the admission cache.
+func (b *Breaker) admitKnown(ctx context.Context, scope string, f fact, now time.Time) (ticket, error) {
+	if admitsAll(f.state) {
+		b.tel.decision(ctx, scope, coordinator.Allow, byCache)
+		return ticket{scope: scope, fate: recorded, gen: f.gen, start: now}, nil
+	}
+	b.tel.decision(ctx, scope, coordinator.Reject, byCache)
+	e := &OpenError{Scope: scope, State: f.state, RetryAfter: f.until.Sub(now), Reason: rejectReason(f.state)}
+	rejected(ctx, e)
+	return ticket{}, e
+}
+
+func rejectReason(s coordinator.State) string {
+	switch s {
+	case coordinator.StateHalfOpen:
+		return "every probe slot is taken"
+	case coordinator.StateIsolated:
+		return "isolated by an operator"
+	}
+	return "the dependency is failing"
+}
+
+// finish classifies the end of an admitted call and hands its outcome to
+// the recorder. It never changes the call's result.
+func (b *Breaker) finish(ctx context.Context, t ticket, method string, err error) {
+	if t.fate == unprotected {
+		return
+	}
+	d := time.Since(t.start)
+	class := Ignore
+	// Our own rejection (from another Breaker further down the chain) says
+	// nothing about the dependency.
+	if !errors.Is(err, ErrOpen) {
+		class = b.classify(ctx, method, err)
+	}
+	switch {
+	case class == Ignore:
+		// An ignored probe is not settled: its lease frees the slot.
+		return
+	case t.fate == unadmitted:
+		b.tel.drop(t.scope, dropUnadmitted, 1)
+		return
+	case class == Failure:
+		// A failure seen here may be the start of a trip: until the
+		// coordinator answers again, this scope's admissions ask it, so
+		// that a failing dependency is not fed from the table while the
+		// news of the trip travels.
+		b.known.suspect(t.scope)
+	}
+	it := item{
+		scope:   t.scope,
+		outcome: coordinator.Outcome{Generation: t.gen, Failure: class == Failure, Duration: d},
+		caller:  trace.SpanContextFromContext(ctx),
+	}
+	if t.fate == probing {
+		it.claim = t.claim
+	}
+	b.rec.add(it)
+}

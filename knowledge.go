@@ -1,0 +1,317 @@
+package cbgrpc
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// knowledge is what this process knows of each scope it protects: one
+// table, fed by every answer of the coordinator (Admit, Record, Settle, an
+// operator's command through the Breaker, the transition feed) through
+// learn, and read by every decision: an admission answered locally (the
+// admission cache) and one decided while the coordinator is unreachable.
+//
+// Answers are ordered by generation: one about an older generation never
+// overrides a newer one, so a Record answer computed before a trip
+// ("closed, g") cannot erase "open, g'" learned since. Within one
+// generation, open comes before half-open, and disabled before closed
+// (enable keeps the generation).
+//
+// An answer serves admissions only if the feed connection that is live
+// now followed its scope before the question was asked: a transition made
+// in between could otherwise go unheard. Answers of a feed connection that
+// has died still serve outage decisions.
+//
+// A scope with no call for a whole window, and no open period known to be
+// running, is forgotten: the table, and the feed's subscriptions with it,
+// stay bounded by the scopes in use.
+type knowledge struct {
+	maxAge time.Duration // how long a closed answer serves admissions; 0: never
+	idle   time.Duration // a scope with no call for this long is forgotten
+
+	// live is the number of the feed connection that is up, 0 while none
+	// is; the feed numbers its connections from 1.
+	live atomic.Uint64
+
+	mu     sync.RWMutex
+	scopes map[string]*known
+	// follow and unfollow are the feed's work: scopes to follow on the
+	// live connection, and scopes it follows that were forgotten.
+	follow   map[string]struct{}
+	unfollow []string
+	wake     chan struct{} // cap 1: the feed has work
+}
+
+// known is one scope's row of the table.
+type known struct {
+	fact            // guarded by knowledge.mu
+	followed uint64 // the feed connection that follows the scope; guarded by knowledge.mu
+	used     atomic.Int64
+}
+
+// fact is what the coordinator last said about a scope.
+type fact struct {
+	state coordinator.State
+	gen   uint64 // 0: nothing learned yet
+	// until is when an open period or an isolation ends, local time:
+	// until then the scope is rejected without asking. An isolation until
+	// released is taken for maxAge at a time.
+	until   time.Time
+	checked time.Time // when the coordinator said so; zero once suspect
+	trust   uint64    // the feed connection under which it may answer admissions
+}
+
+// admitsAll reports whether a state lets every call through: closed, or
+// disabled by an operator.
+func admitsAll(s coordinator.State) bool {
+	return s == coordinator.StateClosed || s == coordinator.StateDisabled
+}
+
+// newKnowledge returns an empty table. maxAge 0 means there is no feed:
+// nothing is followed, and nothing answers admissions.
+func newKnowledge(maxAge, idle time.Duration) *knowledge {
+	return &knowledge{maxAge: maxAge, idle: idle, scopes: make(map[string]*known),
+		follow: make(map[string]struct{}), wake: make(chan struct{}, 1)}
+}
+
+// use marks a call of scope at now and returns what is known of it. It is
+// on every protected call's path: a read lock and no allocation for a scope
+// the table holds.
+func (k *knowledge) use(scope string, now time.Time) fact {
+	k.mu.RLock()
+	e := k.scopes[scope]
+	var f fact
+	if e != nil {
+		f = e.fact
+		// Coarse, so that a busy scope's callers do not all write one
+		// cache line: forgetting needs no finer time than a window.
+		if t := now.UnixNano(); t-e.used.Load() > int64(k.idle/16) {
+			e.used.Store(t)
+		}
+	}
+	k.mu.RUnlock()
+	if e == nil {
+		k.mu.Lock()
+		k.row(scope, now)
+		k.mu.Unlock()
+	}
+	return f
+}
+
+// row returns scope's row, making it if needed. k.mu is held.
+func (k *knowledge) row(scope string, now time.Time) *known {
+	e := k.scopes[scope]
+	if e == nil {
+		e = &known{}
+		e.used.Store(now.UnixNano())
+		k.scopes[scope] = e
+	}
+	return e
+}
+
+// answers reports whether f, what use returned at now, decides an
+// admission without asking the coordinator.
+func (k *knowledge) answers(f fact, now time.Time) bool {
+	if k.maxAge == 0 || f.gen == 0 || f.trust == 0 || f.trust != k.live.Load() {
+		return false
+	}
+	if admitsAll(f.state) {
+		return now.Sub(f.checked) < k.maxAge
+	}
+	// Half-open never answers: only the coordinator hands out probe slots.
+	return f.state != coordinator.StateHalfOpen && now.Before(f.until)
+}
+
+// notClosed returns what is known of a scope last seen in a state that
+// does not admit every call, whichever feed connection said so: while the
+// coordinator is unreachable such a scope is rejected.
+func (k *knowledge) notClosed(scope string) (fact, bool) {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	e := k.scopes[scope]
+	if e == nil || e.gen == 0 || admitsAll(e.state) {
+		return fact{}, false
+	}
+	return e.fact, true
+}
+
+// begin is called before a coordinator call about scope. It returns the
+// feed connection that already follows scope (0 if none), to go with the
+// answer to learn; and it asks the feed to follow scope if it does not.
+func (k *knowledge) begin(scope string, now time.Time) uint64 {
+	if k.maxAge == 0 {
+		return 0
+	}
+	live := k.live.Load()
+	k.mu.RLock()
+	e := k.scopes[scope]
+	followed := e != nil && live != 0 && e.followed == live
+	k.mu.RUnlock()
+	if followed {
+		return live
+	}
+	k.mu.Lock()
+	k.row(scope, now)
+	if _, queued := k.follow[scope]; !queued {
+		k.follow[scope] = struct{}{}
+		k.signal()
+	}
+	k.mu.Unlock()
+	return 0
+}
+
+func (k *knowledge) signal() {
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+}
+
+// learn keeps what the coordinator answered about scope at now, to a
+// question asked while feed connection epoch followed it (0: none), unless
+// the table knows something newer.
+func (k *knowledge) learn(epoch uint64, scope string, a answer, now time.Time) {
+	f := fact{state: a.state, gen: a.gen, checked: now}
+	if epoch != 0 && epoch == k.live.Load() {
+		f.trust = epoch
+	}
+	switch {
+	case a.retryAfter > 0 && (a.state == coordinator.StateOpen || a.state == coordinator.StateIsolated):
+		f.until = now.Add(a.retryAfter)
+	case a.state == coordinator.StateIsolated:
+		// Until released: an operator may release it any time, and the
+		// feed that would say so may have died without a word.
+		f.until = now.Add(k.maxAge)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e := k.row(scope, now)
+	if !newer(f, e.fact) {
+		return
+	}
+	e.fact = f
+}
+
+// newer reports whether f may replace old: generations only grow, and
+// within one generation open comes before half-open and disabled before
+// closed.
+func newer(f, old fact) bool {
+	if f.gen != old.gen {
+		return f.gen > old.gen
+	}
+	return !(f.state == coordinator.StateOpen && old.state == coordinator.StateHalfOpen) &&
+		!(f.state == coordinator.StateDisabled && old.state == coordinator.StateClosed)
+}
+
+// suspect makes scope's next admission ask the coordinator: this process
+// saw one of its calls fail, which may be the start of a trip whose news
+// is still on its way.
+func (k *knowledge) suspect(scope string) {
+	k.mu.Lock()
+	if e := k.scopes[scope]; e != nil && admitsAll(e.state) {
+		e.checked = time.Time{}
+	}
+	k.mu.Unlock()
+}
+
+// forget drops the scopes with no call since idle before now whose known
+// open period, if any, has ended, and asks the feed to unfollow them. It
+// returns how many scopes it dropped.
+func (k *knowledge) forget(now time.Time) int {
+	live := k.live.Load()
+	cutoff := now.Add(-k.idle).UnixNano()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for scope, e := range k.scopes {
+		if e.used.Load() > cutoff || now.Before(e.until) {
+			continue
+		}
+		delete(k.scopes, scope)
+		delete(k.follow, scope)
+		n++
+		if live != 0 && e.followed == live {
+			k.unfollow = append(k.unfollow, scope)
+		}
+	}
+	if len(k.unfollow) > 0 {
+		k.signal()
+	}
+	return n
+}
+
+// size is how many scopes the table holds.
+func (k *knowledge) size() int {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return len(k.scopes)
+}
+
+// all returns every scope of the table, for a new feed connection to
+// follow.
+func (k *knowledge) all() []string {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	scopes := make([]string, 0, len(k.scopes))
+	for s := range k.scopes {
+		scopes = append(scopes, s)
+	}
+	return scopes
+}
+
+// connected makes epoch the live feed connection, which follows scopes.
+func (k *knowledge) connected(epoch uint64, scopes []string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	// The old connection's unfollows die with it.
+	k.unfollow = k.unfollow[:0]
+	k.mark(epoch, scopes)
+	k.live.Store(epoch)
+	k.signal()
+}
+
+// mark records that the feed connection epoch now follows scopes; those
+// forgotten meanwhile go to be unfollowed. k.mu is held.
+func (k *knowledge) mark(epoch uint64, scopes []string) {
+	for _, s := range scopes {
+		if e := k.scopes[s]; e != nil {
+			e.followed = epoch
+		} else {
+			k.unfollow = append(k.unfollow, s)
+		}
+	}
+}
+
+// disconnected ends the live feed connection epoch: what it said stays
+// known, but no longer answers admissions.
+func (k *knowledge) disconnected(epoch uint64) {
+	k.live.CompareAndSwap(epoch, 0)
+}
+
+// work returns what the feed connection epoch has to do: scopes to follow
+// and scopes to unfollow.
+func (k *knowledge) work(epoch uint64) (follow, unfollow []string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for s := range k.follow {
+		if e := k.scopes[s]; e != nil && e.followed != epoch {
+			follow = append(follow, s)
+		}
+	}
+	clear(k.follow)
+	unfollow, k.unfollow = k.unfollow, nil
+	return follow, unfollow
+}
+
+// followed records that the feed connection epoch now follows scopes.
+func (k *knowledge) followed(epoch uint64, scopes []string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.mark(epoch, scopes)
+	if len(k.unfollow) > 0 {
+		k.signal()
+	}
+}

@@ -1,0 +1,152 @@
+package cbgrpc
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+const (
+	closed   = coordinator.StateClosed
+	open     = coordinator.StateOpen
+	halfOpen = coordinator.StateHalfOpen
+	isolated = coordinator.StateIsolated
+	disabled = coordinator.StateDisabled
+)
+
+// Answers are ordered by generation: an answer about an older generation
+// never overrides a newer one, and within one generation the state moves
+// only forward (open before half-open, disabled before closed).
+func TestKnowledgeOrdersAnswersByGeneration(t *testing.T) {
+	for _, c := range []struct {
+		old, next answer
+		replaced  bool
+	}{
+		{answer{state: open, gen: 2}, answer{state: closed, gen: 1}, false}, // a stale "closed" never erases "open"
+		{answer{state: closed, gen: 1}, answer{state: open, gen: 2}, true},
+		{answer{state: open, gen: 2}, answer{state: halfOpen, gen: 2}, true},
+		{answer{state: halfOpen, gen: 2}, answer{state: open, gen: 2}, false},  // a late reject while open
+		{answer{state: disabled, gen: 3}, answer{state: closed, gen: 3}, true}, // enable keeps the generation
+		{answer{state: closed, gen: 3}, answer{state: disabled, gen: 3}, false},
+		{answer{state: closed, gen: 3}, answer{state: closed, gen: 3}, true}, // a confirmation refreshes
+		{answer{state: isolated, gen: 5}, answer{state: closed, gen: 4}, false},
+		{answer{state: closed, gen: 1 << 50}, answer{state: closed, gen: 1<<50 + 1}, true}, // born again above
+	} {
+		t.Run(fmt.Sprintf("%v@%d then %v@%d", c.old.state, c.old.gen, c.next.state, c.next.gen), func(t *testing.T) {
+			k := newKnowledge(time.Second, time.Minute)
+			now := time.Now()
+			k.learn(0, "s", c.old, now)
+			k.learn(0, "s", c.next, now.Add(time.Millisecond))
+			want := c.old
+			if c.replaced {
+				want = c.next
+			}
+			f := k.scopes["s"].fact
+			if f.state != want.state || f.gen != want.gen {
+				t.Errorf("knows %v@%d; want %v@%d", f.state, f.gen, want.state, want.gen)
+			}
+		})
+	}
+}
+
+// Every answer that says open carries when the open period ends, and that
+// is what the table keeps, not OpenFor: a reopened breaker's doubled
+// period is rejected for as long as it runs.
+func TestKnowledgeKeepsTheOpenPeriodTheAnswerGives(t *testing.T) {
+	k := newKnowledge(time.Second, time.Minute)
+	now := time.Now()
+	k.live.Store(1)
+	k.learn(1, "s", answer{state: open, gen: 7, retryAfter: 2 * time.Second}, now)
+	f := k.use("s", now)
+	if !f.until.Equal(now.Add(2 * time.Second)) {
+		t.Errorf("until %v; want now + 2s", f.until.Sub(now))
+	}
+	if !k.answers(f, now.Add(1999*time.Millisecond)) || k.answers(f, now.Add(2*time.Second)) {
+		t.Error("the open answer does not decide admissions for exactly its period")
+	}
+	heard := heard(coordinator.Transition{To: open, Generation: 8, At: time.UnixMilli(5000), OpenUntil: time.UnixMilli(9000)})
+	if heard.retryAfter != 4*time.Second {
+		t.Errorf("a transition on the feed gives retryAfter %v; want OpenUntil - At = 4s", heard.retryAfter)
+	}
+}
+
+// An answer serves admissions only while the feed connection that followed
+// its scope before the question lives; one learned on a connection that
+// has died still says the scope is not closed, for outages.
+func TestKnowledgeTrustsOnlyTheLiveFeed(t *testing.T) {
+	k := newKnowledge(time.Second, time.Minute)
+	now := time.Now()
+	k.use("s", now)
+	if epoch := k.begin("s", now); epoch != 0 {
+		t.Fatalf("begin before any feed: epoch %d; want 0", epoch)
+	}
+	follow, _ := k.work(1)
+	if !slices.Equal(follow, []string{"s"}) {
+		t.Fatalf("feed work %v; want to follow s", follow)
+	}
+	k.connected(1, follow)
+	epoch := k.begin("s", now)
+	if epoch != 1 {
+		t.Fatalf("begin once followed: epoch %d; want 1", epoch)
+	}
+	k.learn(epoch, "s", answer{state: open, gen: 3, retryAfter: time.Minute}, now)
+	if f := k.use("s", now); !k.answers(f, now) {
+		t.Fatal("an open answer on the live feed does not decide admissions")
+	}
+	k.disconnected(1)
+	if f := k.use("s", now); k.answers(f, now) {
+		t.Error("an answer of a dead feed decides admissions")
+	}
+	if _, ok := k.notClosed("s"); !ok {
+		t.Error("an open scope learned on a dead feed is not remembered for outages")
+	}
+	// An answer to a question asked before the scope was followed never
+	// serves admissions: a transition made in between could be unheard.
+	k.connected(2, nil)
+	k.learn(0, "s", answer{state: closed, gen: 4}, now)
+	if f := k.use("s", now); k.answers(f, now) {
+		t.Error("an answer to a question asked before the feed followed the scope decides admissions")
+	}
+}
+
+// A scope with no call for a whole window is forgotten, and unfollowed on
+// the feed; one whose open period is still running is kept until it ends.
+func TestKnowledgeForgetsIdleScopes(t *testing.T) {
+	const idle = time.Minute
+	k := newKnowledge(time.Second, idle)
+	now := time.Now()
+	for _, s := range []string{"busy", "idle", "open"} {
+		k.use(s, now)
+	}
+	k.connected(1, []string{"busy", "idle", "open"})
+	k.learn(1, "open", answer{state: open, gen: 2, retryAfter: 2 * idle}, now)
+	later := now.Add(idle + time.Second)
+	k.use("busy", later)
+	if n := k.forget(later); n != 1 {
+		t.Errorf("forgot %d scopes; want 1", n)
+	}
+	if _, unfollow := k.work(1); !slices.Equal(unfollow, []string{"idle"}) {
+		t.Errorf("unfollow %v; want [idle]", unfollow)
+	}
+	if n := k.forget(now.Add(3 * idle)); n != 2 || k.size() != 0 {
+		t.Errorf("after the open period: forgot %d, %d left; want 2 and 0", n, k.size())
+	}
+}
+
+// A scope forgotten while the feed was following it goes back to be
+// unfollowed, so that no subscription outlives the table's row.
+func TestKnowledgeUnfollowsWhatWasForgottenWhileFollowing(t *testing.T) {
+	k := newKnowledge(time.Second, time.Minute)
+	now := time.Now()
+	k.connected(1, nil)
+	k.begin("s", now)
+	follow, _ := k.work(1)
+	k.forget(now.Add(2 * time.Minute)) // while the feed's Follow runs
+	k.followed(1, follow)
+	if _, unfollow := k.work(1); !slices.Equal(unfollow, []string{"s"}) {
+		t.Errorf("unfollow %v; want [s]", unfollow)
+	}
+}

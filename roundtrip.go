@@ -1,0 +1,153 @@
+package cbgrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// answer is what any coordinator call, or the feed, says about its scope.
+type answer struct {
+	state      coordinator.State
+	gen        uint64
+	retryAfter time.Duration // open, or isolated for a set time: until it ends
+	transition *coordinator.Transition
+}
+
+func decided(d coordinator.Decision) answer {
+	return answer{state: d.State, gen: d.Generation, retryAfter: d.RetryAfter, transition: d.Transition}
+}
+
+func resulted(r coordinator.Result) answer {
+	return answer{state: r.State, gen: r.Generation, retryAfter: r.RetryAfter, transition: r.Transition}
+}
+
+// heard is what a transition on the feed says. Its open period is counted
+// from when it was heard, not from t.At: the coordinator's clock may be
+// skewed from ours.
+func heard(t coordinator.Transition) answer {
+	a := answer{state: t.To, gen: t.Generation}
+	if !t.OpenUntil.IsZero() {
+		a.retryAfter = t.OpenUntil.Sub(t.At)
+	}
+	return a
+}
+
+// trip describes one coordinator round trip.
+type trip struct {
+	op      string
+	scope   string
+	timeout time.Duration
+	// wg counts the goroutine the call runs in, so that Close can wait
+	// for a coordinator that ignores deadlines.
+	wg *sync.WaitGroup
+	// span is where the span of a transition the call causes goes: a
+	// child of span's span (ctx's when nil), linked to links.
+	span  context.Context
+	links []trace.Link
+}
+
+// roundTrip makes every coordinator call of the Breaker: within the
+// timeout (even over a coordinator that ignores deadlines), with a panic
+// of the coordinator turned into an error, retried once on a transport
+// error (every operation is safe to repeat: the same claim, the same batch
+// ID), timed and counted, and its answer learned by the table and its
+// transition traced. ctx is the caller's: when it ends first, the caller
+// gave up and the coordinator is not to blame.
+func (b *Breaker) roundTrip(ctx context.Context, t trip, f func(context.Context) (answer, error)) (answer, error) {
+	epoch := b.known.begin(t.scope, time.Now())
+	cctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	start := time.Now()
+	a, err := attempt(cctx, t.wg, f)
+	if err != nil && retryable(cctx, err) {
+		a, err = attempt(cctx, t.wg, f)
+	}
+	b.tel.coordinatorCall(ctx, t.scope, t.op, time.Since(start), err)
+	if err != nil {
+		if ctx.Err() != nil {
+			b.health.abandoned()
+		} else {
+			b.health.failed(err)
+		}
+		return answer{}, err
+	}
+	b.health.succeeded()
+	b.known.learn(epoch, t.scope, a, time.Now())
+	if a.transition != nil {
+		parent := t.span
+		if parent == nil {
+			parent = ctx
+		}
+		b.tel.transition(parent, a.transition, t.links)
+	}
+	return a, nil
+}
+
+type attempted struct {
+	a   answer
+	err error
+}
+
+// attempt runs f in a goroutine and stops waiting when ctx ends. A
+// coordinator may not honour the deadline (go-redis reads the socket with
+// its own ReadTimeout unless ContextTimeoutEnabled is set), and the bound
+// must hold anyway; the goroutine finishes on its own, counted in wg.
+func attempt(ctx context.Context, wg *sync.WaitGroup, f func(context.Context) (answer, error)) (answer, error) {
+	done := make(chan attempted, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer func() {
+			// A coordinator that panics (a nil client, a bug) must not
+			// take the process down from a goroutine no caller can guard:
+			// it is a coordinator failure like any other.
+			if r := recover(); r != nil {
+				done <- attempted{err: fmt.Errorf("%w: %v", errCoordinatorPanic, r)}
+			}
+		}()
+		a, err := f(ctx)
+		done <- attempted{a, err}
+	}()
+	select {
+	case r := <-done:
+		return r.a, r.err
+	case <-ctx.Done():
+		return answer{}, ctx.Err()
+	}
+}
+
+var errCoordinatorPanic = errors.New("cbgrpc: the coordinator panicked")
+
+// retryable reports whether an error looks like a transport failure worth
+// one more try: not an invalid policy or note, not one scope's broken data,
+// and not the end of the time we had.
+func retryable(ctx context.Context, err error) bool {
+	return ctx.Err() == nil &&
+		!errors.Is(err, coordinator.ErrInvalidPolicy) &&
+		!errors.Is(err, coordinator.ErrInvalidNote) &&
+		!errors.Is(err, errCoordinatorPanic) &&
+		!errors.Is(err, coordinator.ErrCorruptState) &&
+		!errors.Is(err, context.DeadlineExceeded) &&
+		!errors.Is(err, context.Canceled)
+}
+
+func errorKind(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, coordinator.ErrInvalidPolicy):
+		return "invalid_policy"
+	case errors.Is(err, coordinator.ErrCorruptState):
+		return "corrupt_state"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return "error"
+}
