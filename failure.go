@@ -55,17 +55,22 @@ func (h *health) backoffLeft() time.Duration {
 // not from a coordinator error until a call succeeds again.
 func (h *health) trusted() bool { return !h.failing.Load() }
 
-// failed starts the back-off after a coordinator error, unless the error
-// concerns one scope's data only: the coordinator works for the others, so
-// that scope alone is undecidable.
-func (h *health) failed(err error) {
+// failed notes a coordinator error, unless the error concerns one scope's
+// data only: the coordinator works for the others, so that scope alone is
+// undecidable. An admission's error also starts the back-off, which
+// spares the following calls the timeout; the error of a Record, a Settle
+// or an operator's command costs no call any time, and does not: the next
+// admission finds out for itself, rather than let a whole back-off of
+// calls through by the failure policy because one Record was slow.
+func (h *health) failed(err error, admission bool) {
+	h.trying.Store(false)
 	if errors.Is(err, coordinator.ErrCorruptState) {
-		h.trying.Store(false)
 		return
 	}
 	h.failing.Store(true)
-	h.downUntil.Store(time.Now().Add(h.backoff).UnixNano())
-	h.trying.Store(false)
+	if admission {
+		h.downUntil.Store(time.Now().Add(h.backoff).UnixNano())
+	}
 }
 
 // succeeded ends a back-off: the coordinator answered.

@@ -289,11 +289,13 @@ func TestCacheAsksAfterAFailure(t *testing.T) {
 	}
 }
 
-// While the coordinator fails, the cache is not consulted: the failure
-// policy decides, as it would without a cache.
+// From a coordinator error until a coordinator call succeeds, the cache is
+// not consulted: a failed Record (which starts no back-off, since no call
+// waited for it) sends the next admission to the coordinator, and that
+// answer makes the cache trusted again.
 func TestCacheNotUsedWhileCoordinatorFails(t *testing.T) {
 	fc := newFeedCoordinator(t, memory.New())
-	b := newBreaker(t, fc, WithPolicy(tripPolicy()), WithCoordinatorFailure(FailClosed), WithCoordinatorBackoff(time.Hour))
+	b := newBreaker(t, fc, WithPolicy(tripPolicy()), WithCoordinatorBackoff(time.Hour))
 	const scope = "cache/coordinator-down"
 	admitN(t, b, scope, 1)
 	eventually(t, "the feed follows the scope", func() bool { return followed(b, scope) })
@@ -301,13 +303,17 @@ func TestCacheNotUsedWhileCoordinatorFails(t *testing.T) {
 	if _, ok := cached(b, scope); !ok {
 		t.Fatal("closed scope not cached")
 	}
-	// A Record fails: the coordinator is unreachable for the back-off.
 	fc.failRecords.Store(true)
-	tk, _ := b.admit(context.Background(), scope)
-	b.finish(context.Background(), tk, "/m", nil)
-	eventually(t, "the Breaker to back off", b.health.inBackoff)
-	if _, err := b.admit(context.Background(), scope); !errors.Is(err, ErrOpen) {
-		t.Errorf("admission while the coordinator fails, fail-closed: %v, want ErrOpen", err)
+	admitN(t, b, scope, 1) // from the cache; its Record fails
+	eventually(t, "the Record's error", func() bool { return !b.health.trusted() })
+	if b.health.inBackoff() {
+		t.Error("a failed Record started the back-off; only a failed admission does")
+	}
+	fc.failRecords.Store(false)
+	asked := fc.admits.Load()
+	admitN(t, b, scope, 2)
+	if got := fc.admits.Load() - asked; got != 1 {
+		t.Errorf("after a coordinator error, 2 admissions asked the coordinator %d times; want 1 (then the cache is trusted again)", got)
 	}
 }
 

@@ -245,7 +245,7 @@ func (b *Breaker) admit(ctx context.Context, scope string) (ticket, error) {
 	}
 	claim := uuid.NewString()
 	var d coordinator.Decision
-	_, err := b.roundTrip(ctx, trip{op: "admit", scope: scope, timeout: b.cfg.timeout, wg: &b.admits},
+	_, err := b.roundTrip(ctx, trip{op: "admit", scope: scope, timeout: b.cfg.timeout, wg: &b.admits, admission: true},
 		func(ctx context.Context) (answer, error) {
 			var err error
 			d, err = b.c.Admit(ctx, scope, b.cfg.policy, claim)

@@ -113,6 +113,7 @@ func TestQuietScopeIsAnsweredLocallyAfterAnIdleWindow(t *testing.T) {
 
 			asked := fc.admits.Load()
 			admitN(t, b, scope, 20)
+			t.Logf("20 calls of the quiet scope after an idle window: %d asked the coordinator", fc.admits.Load()-asked)
 			if got := fc.admits.Load() - asked; got > 1 {
 				t.Errorf("20 calls of a quiet healthy scope after an idle window asked the coordinator %d times; want 1", got)
 			}

@@ -216,9 +216,10 @@ func WithCoordinatorTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.timeout = d })
 }
 
-// WithCoordinatorBackoff sets how long calls skip the coordinator after it
-// failed or timed out, deciding by the failure policy instead. After the
-// back-off one call asks the coordinator again. The default is
+// WithCoordinatorBackoff sets how long calls skip the coordinator after an
+// admission failed or timed out, deciding by the failure policy instead.
+// After the back-off one call asks the coordinator again. (A failed Record
+// or Settle starts no back-off: no call waited for it.) The default is
 // [DefaultCoordinatorBackoff]; zero asks again at once.
 func WithCoordinatorBackoff(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.backoff = d })

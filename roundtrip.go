@@ -47,6 +47,9 @@ type trip struct {
 	// wg counts the goroutine the call runs in, so that Close can wait
 	// for a coordinator that ignores deadlines.
 	wg *sync.WaitGroup
+	// admission: a call waits for this one, so its failure starts the
+	// back-off (see health.failed).
+	admission bool
 	// span is where the span of a transition the call causes goes: a
 	// child of span's span (ctx's when nil), linked to links.
 	span  context.Context
@@ -74,7 +77,7 @@ func (b *Breaker) roundTrip(ctx context.Context, t trip, f func(context.Context)
 		if ctx.Err() != nil {
 			b.health.abandoned()
 		} else {
-			b.health.failed(err)
+			b.health.failed(err, t.admission)
 		}
 		return answer{}, err
 	}

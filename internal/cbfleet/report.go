@@ -28,6 +28,8 @@ type Report struct {
 	DroppedBy map[string]int64 `json:"dropped_by,omitempty"` // by reason
 	Decisions map[string]int64 `json:"decisions,omitempty"`  // "verdict/decided_by"
 	CoordErrs int64            `json:"coordinator_errors"`
+	// CoordErrsBy counts them by "operation/kind" (kind: timeout, error, ...).
+	CoordErrsBy map[string]int64 `json:"coordinator_errors_by,omitempty"`
 
 	Goroutines int `json:"goroutines"`
 

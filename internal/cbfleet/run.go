@@ -348,6 +348,7 @@ func (r *replica) metrics(rep *Report) {
 	}
 	rep.DroppedBy = make(map[string]int64)
 	rep.Decisions = make(map[string]int64)
+	rep.CoordErrsBy = make(map[string]int64)
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			sum, ok := m.Data.(metricdata.Sum[int64])
@@ -364,6 +365,7 @@ func (r *replica) metrics(rep *Report) {
 					rep.Decisions[str("cbgrpc.verdict")+"/"+str("cbgrpc.decided_by")] += dp.Value
 				case "cbgrpc.coordinator.errors":
 					rep.CoordErrs += dp.Value
+					rep.CoordErrsBy[str("cbgrpc.operation")+"/"+str("cbgrpc.error")] += dp.Value
 				}
 			}
 		}

