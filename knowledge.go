@@ -95,18 +95,21 @@ func (k *knowledge) use(scope string, now time.Time) fact {
 	k.mu.RUnlock()
 	if e == nil {
 		k.mu.Lock()
-		k.row(scope, now)
+		if e = k.row(scope); e.used.Load() == 0 {
+			e.used.Store(now.UnixNano())
+		}
 		k.mu.Unlock()
 	}
 	return f
 }
 
-// row returns scope's row, making it if needed. k.mu is held.
-func (k *knowledge) row(scope string, now time.Time) *known {
+// row returns scope's row, making it if needed, as used never: only a
+// call marks a scope used, so that the answer to a late Record does not
+// keep a scope nobody calls. k.mu is held.
+func (k *knowledge) row(scope string) *known {
 	e := k.scopes[scope]
 	if e == nil {
 		e = &known{}
-		e.used.Store(now.UnixNano())
 		k.scopes[scope] = e
 	}
 	return e
@@ -140,8 +143,10 @@ func (k *knowledge) notClosed(scope string) (fact, bool) {
 
 // begin is called before a coordinator call about scope. It returns the
 // feed connection that already follows scope (0 if none), to go with the
-// answer to learn; and it asks the feed to follow scope if it does not.
-func (k *knowledge) begin(scope string, now time.Time) uint64 {
+// answer to learn; and it asks the feed to follow scope if it does not and
+// the scope is in use (a Record of a scope forgotten meanwhile brings it
+// back to no feed).
+func (k *knowledge) begin(scope string) uint64 {
 	if k.maxAge == 0 {
 		return 0
 	}
@@ -153,9 +158,11 @@ func (k *knowledge) begin(scope string, now time.Time) uint64 {
 	if followed {
 		return live
 	}
+	if e == nil {
+		return 0
+	}
 	k.mu.Lock()
-	k.row(scope, now)
-	if _, queued := k.follow[scope]; !queued {
+	if _, queued := k.follow[scope]; !queued && k.scopes[scope] != nil {
 		k.follow[scope] = struct{}{}
 		k.signal()
 	}
@@ -188,7 +195,12 @@ func (k *knowledge) learn(epoch uint64, scope string, a answer, now time.Time) {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	e := k.row(scope, now)
+	if k.scopes[scope] == nil && admitsAll(f.state) {
+		// The scope was forgotten (no call for a window) while the
+		// question was out: "closed" is no news worth a row.
+		return
+	}
+	e := k.row(scope)
 	if !newer(f, e.fact) {
 		return
 	}

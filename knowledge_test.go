@@ -38,6 +38,7 @@ func TestKnowledgeOrdersAnswersByGeneration(t *testing.T) {
 		t.Run(fmt.Sprintf("%v@%d then %v@%d", c.old.state, c.old.gen, c.next.state, c.next.gen), func(t *testing.T) {
 			k := newKnowledge(time.Second, time.Minute)
 			now := time.Now()
+			k.use("s", now)
 			k.learn(0, "s", c.old, now)
 			k.learn(0, "s", c.next, now.Add(time.Millisecond))
 			want := c.old
@@ -80,7 +81,7 @@ func TestKnowledgeTrustsOnlyTheLiveFeed(t *testing.T) {
 	k := newKnowledge(time.Second, time.Minute)
 	now := time.Now()
 	k.use("s", now)
-	if epoch := k.begin("s", now); epoch != 0 {
+	if epoch := k.begin("s"); epoch != 0 {
 		t.Fatalf("begin before any feed: epoch %d; want 0", epoch)
 	}
 	follow, _ := k.work(1)
@@ -88,7 +89,7 @@ func TestKnowledgeTrustsOnlyTheLiveFeed(t *testing.T) {
 		t.Fatalf("feed work %v; want to follow s", follow)
 	}
 	k.connected(1, follow)
-	epoch := k.begin("s", now)
+	epoch := k.begin("s")
 	if epoch != 1 {
 		t.Fatalf("begin once followed: epoch %d; want 1", epoch)
 	}
@@ -109,6 +110,25 @@ func TestKnowledgeTrustsOnlyTheLiveFeed(t *testing.T) {
 	k.learn(0, "s", answer{state: closed, gen: 4}, now)
 	if f := k.use("s", now); k.answers(f, now) {
 		t.Error("an answer to a question asked before the feed followed the scope decides admissions")
+	}
+}
+
+// Only a call makes a row: the answer to a Record of a scope forgotten
+// meanwhile keeps no row unless it says the scope is not closed, which an
+// outage must know until the open period ends.
+func TestKnowledgeRowsComeFromCalls(t *testing.T) {
+	k := newKnowledge(time.Second, time.Minute)
+	now := time.Now()
+	k.learn(0, "closed", answer{state: closed, gen: 1}, now)
+	k.learn(0, "open", answer{state: open, gen: 2, retryAfter: time.Second}, now)
+	if k.size() != 1 {
+		t.Fatalf("%d rows; want only the open one", k.size())
+	}
+	if n := k.forget(now); n != 0 {
+		t.Errorf("forgot %d rows while the open period runs; want 0", n)
+	}
+	if n := k.forget(now.Add(time.Second)); n != 1 {
+		t.Errorf("forgot %d rows once the open period ended; want 1", n)
 	}
 }
 
@@ -142,7 +162,8 @@ func TestKnowledgeUnfollowsWhatWasForgottenWhileFollowing(t *testing.T) {
 	k := newKnowledge(time.Second, time.Minute)
 	now := time.Now()
 	k.connected(1, nil)
-	k.begin("s", now)
+	k.use("s", now)
+	k.begin("s")
 	follow, _ := k.work(1)
 	k.forget(now.Add(2 * time.Minute)) // while the feed's Follow runs
 	k.followed(1, follow)

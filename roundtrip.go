@@ -64,7 +64,7 @@ type trip struct {
 // transition traced. ctx is the caller's: when it ends first, the caller
 // gave up and the coordinator is not to blame.
 func (b *Breaker) roundTrip(ctx context.Context, t trip, f func(context.Context) (answer, error)) (answer, error) {
-	epoch := b.known.begin(t.scope, time.Now())
+	epoch := b.known.begin(t.scope)
 	cctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 	start := time.Now()
