@@ -59,18 +59,26 @@ const (
 	// used again within a second.
 	DefaultCoordinatorBackoff = time.Second
 	// DefaultRecordInterval is the longest a successful outcome waits to be
-	// batched with others. Failures are sent at once.
-	DefaultRecordInterval = 100 * time.Millisecond
+	// batched with others. Failures are sent at once, and take the
+	// successes waiting with them, so a trip is detected as early as with
+	// any interval; successes that change nothing reach the coordinator
+	// once a second per busy scope and replica, which is what a fleet
+	// costs Redis (see the README's capacity table). The window sees a
+	// healthy replica's successes up to a second late, which can only make
+	// the failure ratio look higher, by at most a second's share of the
+	// window.
+	DefaultRecordInterval = time.Second
 	// DefaultQueueSize is how many outcomes may wait for the recorder
 	// before new ones are dropped.
 	DefaultQueueSize = 4096
 	// DefaultAdmissionCacheMaxAge bounds how long a scope read closed from
 	// the coordinator is admitted locally without asking again. A busy
-	// scope is confirmed by every Record result (one per record interval),
-	// so the bound matters for quiet scopes and for a feed that died
-	// without a word: it is the longest this process can go on admitting a
-	// scope that tripped in a way it did not hear of.
-	DefaultAdmissionCacheMaxAge = time.Second
+	// scope is confirmed by every Record result (one per record interval:
+	// twice the default interval, so that a busy scope never waits for a
+	// confirmation), so the bound matters for quiet scopes and for a feed
+	// that died without a word: it is the longest this process can go on
+	// admitting a scope that tripped in a way it did not hear of.
+	DefaultAdmissionCacheMaxAge = 2 * DefaultRecordInterval
 
 	// closeTimeout bounds Close. It exceeds go-redis's default ReadTimeout
 	// (5s in v9.23) so that, with a default client, a coordinator call
