@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/cbgrpc/cbgrpc"
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
@@ -15,8 +17,14 @@ import (
 // Config is what one replica does. The zero values of the durations and
 // knobs mean the library's defaults.
 type Config struct {
-	ID          int      // sent with every call as metadata cbfleet-id
-	Redis       string   // Redis address; empty: a coordinator of this process alone (memory)
+	ID    int    // sent with every call as metadata cbfleet-id
+	Redis string // Redis address; empty (and no Sentinel or Cluster): a coordinator of this process alone (memory)
+	// Sentinel (with Master) reaches Redis through a failover client;
+	// Cluster through a cluster client. At most one of Redis, Sentinel
+	// and Cluster is set.
+	Sentinel    []string
+	Master      string
+	Cluster     []string
 	Prefix      string   // Redis key prefix; empty: the coordinator's default
 	Target      string   // gRPC server address
 	Methods     []string // TestService methods the callers take turns on: "EmptyCall", "UnaryCall"
@@ -68,6 +76,18 @@ func (c *Config) validate() error {
 	if c.Target == "" {
 		return errors.New("cbfleet: -target is required")
 	}
+	set := 0
+	for _, on := range []bool{c.Redis != "", len(c.Sentinel) > 0, len(c.Cluster) > 0} {
+		if on {
+			set++
+		}
+	}
+	if set > 1 {
+		return errors.New("cbfleet: -redis, -sentinel and -cluster exclude each other")
+	}
+	if (len(c.Sentinel) > 0) != (c.Master != "") {
+		return errors.New("cbfleet: -sentinel and -master go together")
+	}
 	for _, m := range c.Methods {
 		if m != EmptyCall && m != UnaryCall {
 			return fmt.Errorf("cbfleet: -methods: unknown method %q; use %s or %s", m, EmptyCall, UnaryCall)
@@ -104,6 +124,9 @@ func (c Config) Args() []string {
 	args := []string{
 		"-id", strconv.Itoa(c.ID),
 		"-redis", c.Redis,
+		"-sentinel", strings.Join(c.Sentinel, ","),
+		"-master", c.Master,
+		"-cluster", strings.Join(c.Cluster, ","),
 		"-prefix", c.Prefix,
 		"-target", c.Target,
 		"-methods", strings.Join(c.Methods, ","),
@@ -138,9 +161,12 @@ func ParseFlags(name string, args []string) (Config, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	d := coordinator.DefaultPolicy()
 	p := &c.Policy
-	var methods string
+	var methods, sentinel, cluster string
 	fs.IntVar(&c.ID, "id", 0, "replica number, sent with every call as metadata "+IDKey)
 	fs.StringVar(&c.Redis, "redis", "", "Redis address; empty: a coordinator of this process alone")
+	fs.StringVar(&sentinel, "sentinel", "", "comma-separated Sentinel addresses (with -master)")
+	fs.StringVar(&c.Master, "master", "", "the Sentinel master name")
+	fs.StringVar(&cluster, "cluster", "", "comma-separated Redis Cluster addresses")
 	fs.StringVar(&c.Prefix, "prefix", "", "Redis key prefix (default the coordinator's)")
 	fs.StringVar(&c.Target, "target", "", "gRPC server address (grpc.testing.TestService)")
 	fs.StringVar(&methods, "methods", EmptyCall, "comma-separated TestService methods the callers take turns on")
@@ -172,6 +198,30 @@ func ParseFlags(name string, args []string) (Config, error) {
 		return Config{}, fmt.Errorf("cbfleet: unexpected arguments %q", fs.Args())
 	}
 	c.Methods = strings.Split(methods, ",")
+	c.Sentinel, c.Cluster = list(sentinel), list(cluster)
 	c.setDefaults()
 	return c, c.validate()
+}
+
+// list splits a comma-separated flag; empty is none.
+func list(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// client is the go-redis client the Config asks for, with default options
+// as a user's would be (no ContextTimeoutEnabled, go-redis's own timeouts
+// and retries); nil when the replica runs on a coordinator of its own.
+func (c *Config) client() goredis.UniversalClient {
+	switch {
+	case c.Redis != "":
+		return goredis.NewClient(&goredis.Options{Addr: c.Redis})
+	case len(c.Sentinel) > 0:
+		return goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: c.Master, SentinelAddrs: c.Sentinel})
+	case len(c.Cluster) > 0:
+		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: c.Cluster})
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ type Report struct {
 	ID    int    `json:"id"`
 	Phase string `json:"phase"`
 	MS    int64  `json:"ms"` // since the phase started
+	At    int64  `json:"at"` // when the report was made, Unix ms (the machine's clock, which tests share)
 
 	// Calls of this phase that ended, by result: OK, rejected by the
 	// breaker (errors.Is ErrOpen), or failed otherwise.
@@ -28,6 +29,9 @@ type Report struct {
 	DroppedBy map[string]int64 `json:"dropped_by,omitempty"` // by reason
 	Decisions map[string]int64 `json:"decisions,omitempty"`  // "verdict/decided_by"
 	CoordErrs int64            `json:"coordinator_errors"`
+	// FeedLosses counts the times the transition feed could not be opened
+	// or broke (cbgrpc.feed.losses).
+	FeedLosses int64 `json:"feed_losses"`
 	// CoordErrsBy counts them by "operation/kind" (kind: timeout, error, ...).
 	CoordErrsBy map[string]int64 `json:"coordinator_errors_by,omitempty"`
 

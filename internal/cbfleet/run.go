@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -39,12 +38,9 @@ func Run(cfg Config, in io.Reader, out io.Writer) error {
 		return err
 	}
 	var coord coordinator.Coordinator
-	if cfg.Redis == "" {
+	if rdb := cfg.client(); rdb == nil {
 		coord = memory.New()
 	} else {
-		// Default client options, as a user's would be: no
-		// ContextTimeoutEnabled, go-redis's own timeouts and retries.
-		rdb := goredis.NewClient(&goredis.Options{Addr: cfg.Redis})
 		defer rdb.Close()
 		var opts []cbredis.Option
 		if cfg.Prefix != "" {
@@ -290,7 +286,7 @@ func (r *replica) newPhaseLocked(name string) {
 // the phase. A next phase, when named, starts as the report is taken, so
 // that no call is lost between two phases.
 func (r *replica) report(event string, percentiles bool, next string) {
-	rep := Report{Event: event, ID: r.cfg.ID, Methods: make(map[string]*MethodCount)}
+	rep := Report{Event: event, ID: r.cfg.ID, Methods: make(map[string]*MethodCount), At: time.Now().UnixMilli()}
 	r.metrics(&rep)
 	rep.Goroutines = runtime.NumGoroutine()
 
@@ -363,6 +359,8 @@ func (r *replica) metrics(rep *Report) {
 					rep.DroppedBy[str("cbgrpc.reason")] += dp.Value
 				case "cbgrpc.decisions":
 					rep.Decisions[str("cbgrpc.verdict")+"/"+str("cbgrpc.decided_by")] += dp.Value
+				case "cbgrpc.feed.losses":
+					rep.FeedLosses += dp.Value
 				case "cbgrpc.coordinator.errors":
 					rep.CoordErrs += dp.Value
 					rep.CoordErrsBy[str("cbgrpc.operation")+"/"+str("cbgrpc.error")] += dp.Value
