@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
+
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/status"
 
@@ -27,6 +30,7 @@ type Breaker struct {
 	rec    *recorder
 	known  *knowledge
 	health health
+	ids    ids
 
 	// stop ends the background work (the feed, forgetting idle scopes);
 	// background counts its goroutines.
@@ -62,6 +66,7 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 		return nil, fmt.Errorf("cbgrpc: New: creating metric instruments: %w", err)
 	}
 	b := &Breaker{c: c, cfg: cfg, tel: tel, health: health{backoff: cfg.backoff}}
+	b.ids.prefix = uuid.NewString() + "-"
 	w, watches := c.(coordinator.Watcher)
 	maxAge := cfg.cacheMaxAge
 	if !watches {
@@ -243,7 +248,7 @@ func (b *Breaker) admit(ctx context.Context, scope string) (ticket, error) {
 	if !b.health.mayAsk() {
 		return b.decideWithout(ctx, scope, nil)
 	}
-	claim := uuid.NewString()
+	claim := b.ids.next()
 	var d coordinator.Decision
 	_, err := b.roundTrip(ctx, trip{op: "admit", scope: scope, timeout: b.cfg.timeout, wg: &b.admits, admission: true},
 		func(ctx context.Context) (answer, error) {
@@ -329,4 +334,17 @@ func (b *Breaker) finish(ctx context.Context, t ticket, method string, err error
 		it.claim = t.claim
 	}
 	b.rec.add(it)
+}
+
+// ids makes the unique IDs of claims and batches: a random prefix per
+// Breaker (a UUID's 122 random bits) and a counter, so that an admission
+// pays neither a random read nor more than one allocation.
+type ids struct {
+	prefix string
+	n      atomic.Uint64
+}
+
+func (g *ids) next() string {
+	var buf [64]byte
+	return string(strconv.AppendUint(append(buf[:0], g.prefix...), g.n.Add(1), 36))
 }

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
@@ -196,7 +195,7 @@ func (r *recorder) record(scope string, outcomes []coordinator.Outcome, links []
 	}
 	// The same ID on the retry: a Record that did land before its answer
 	// was lost then counts once.
-	ctx := coordinator.WithBatchID(context.Background(), uuid.NewString())
+	ctx := coordinator.WithBatchID(context.Background(), b.ids.next())
 	_, err := b.roundTrip(ctx, trip{op: "record", scope: scope, timeout: b.cfg.timeout, wg: &r.wg, links: links},
 		func(ctx context.Context) (answer, error) {
 			res, err := b.c.Record(ctx, scope, b.cfg.policy, outcomes)

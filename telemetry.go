@@ -72,8 +72,10 @@ type telemetry struct {
 
 	// plain holds the options of decisions without the scope, made once
 	// (the slice too): the cached admission path must not allocate per
-	// call.
-	plain map[decisionKey][]metric.AddOption
+	// call. plainOps does the same for the latency of each coordinator
+	// operation, on the path of every admission that asks.
+	plain    map[decisionKey][]metric.AddOption
+	plainOps map[string][]metric.RecordOption
 }
 
 type decisionKey struct {
@@ -119,6 +121,10 @@ func newTelemetry(c *config) (*telemetry, error) {
 		metric.WithUnit("{loss}")); err != nil {
 		return nil, err
 	}
+	t.plainOps = make(map[string][]metric.RecordOption)
+	for _, op := range []string{"admit", "record", "settle", "isolate", "release", "disable", "enable"} {
+		t.plainOps[op] = []metric.RecordOption{metric.WithAttributes(attrOperation.String(op))}
+	}
 	t.plain = make(map[decisionKey][]metric.AddOption)
 	for _, v := range []coordinator.Verdict{coordinator.Allow, coordinator.Probe, coordinator.Reject} {
 		for _, by := range []string{byCoordinator, byKnownState, byFailurePolicy, byCache} {
@@ -153,7 +159,11 @@ func (t *telemetry) drop(scope, reason string, n int) {
 }
 
 func (t *telemetry) coordinatorCall(ctx context.Context, scope, op string, d time.Duration, err error) {
-	t.latency.Record(ctx, d.Seconds(), t.attrs(scope, attrOperation.String(op)))
+	if opts, ok := t.plainOps[op]; ok && !t.scopeInMetrics {
+		t.latency.Record(ctx, d.Seconds(), opts...)
+	} else {
+		t.latency.Record(ctx, d.Seconds(), t.attrs(scope, attrOperation.String(op)))
+	}
 	if err != nil {
 		t.errors.Add(ctx, 1, t.attrs(scope, attrOperation.String(op), attrError.String(errorKind(err))))
 	}
