@@ -34,6 +34,11 @@ import (
 // change the state (Release of a closed breaker, Enable of one that is not
 // disabled) changes nothing and reports no transition, so retrying any of
 // them is safe. Isolate of an isolated breaker replaces its note and end.
+//
+// Durability: a coordinator whose store has replicas waits, after the
+// change, for them to have it, within a bounded time, and says in
+// Result.Replicas whether they did (see [Replication]): a failover to a
+// replica the change did not reach loses it.
 type Controller interface {
 	// Isolate forces the breaker open: every Admit rejects and no probe is
 	// sent until Release, or until n.For has passed when it is set. It
@@ -55,6 +60,28 @@ type Controller interface {
 	// Enable puts a disabled breaker back under its rules, closed, in the
 	// same generation with the window it counted while disabled.
 	Enable(ctx context.Context, scope string, p Policy, n Note) (Result, error)
+}
+
+// Replication is whether an operator's change reached the replicas of the
+// store that holds it, as [Result].Replicas:
+//
+//   - Wanted 0: there was nothing to wait for. The in-process coordinator
+//     and a Redis without replicas have none.
+//   - Confirmed >= Wanted > 0: every replica waited for has the change.
+//   - 0 < Confirmed < Wanted: some have it; the others did not confirm
+//     within the wait.
+//   - Confirmed 0 < Wanted: no replica confirmed it. The change is in
+//     force, but a failover now may lose it; repeating the command once
+//     the replicas are back confirms it.
+//
+// It is a field, not an error, because the change was made and the Result
+// describes it: an error would have every caller that stops at err != nil
+// (the Breaker's round trip among them) take a change in force for a
+// failure, and partial confirmation is not a failure at all. A caller that
+// must not go on with an unconfirmed change checks Confirmed.
+type Replication struct {
+	Wanted    int // replicas the change was waited for; 0 when there were none
+	Confirmed int // replicas that acknowledged it within the wait; may exceed Wanted
 }
 
 // Note is what an operator says about a manual change: who, why, and for

@@ -85,6 +85,10 @@ type Result struct {
 	// OpenFor: each reopening doubles it (Policy.MaxOpenFor).
 	RetryAfter time.Duration
 	Transition *Transition
+	// Replicas says, for the [Controller] methods, whether the change
+	// reached the coordinator's replicas; it is zero for Record and Settle,
+	// and when there were no replicas to wait for.
+	Replicas Replication
 }
 
 // Snapshot is a read-only view of one scope, as of now: an open breaker

@@ -225,7 +225,7 @@ func TestCLI(t *testing.T) {
 	r = c.want(0, "", "", "enable", "svc/pkg.S/Trip", "--json")
 	var res resultJSON
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || !res.Changed || res.State != "closed" || res.Transition == nil ||
-		res.Transition.From != "disabled" || res.Transition.Reason != "enabled by tester" {
+		res.Transition.From != "disabled" || res.Transition.Reason != "enabled by tester" || res.Replicas != (replicasJSON{}) {
 		t.Errorf("enable --json: %+v, %v\n%s", res, err, r.stdout)
 	}
 	r = c.want(0, "", "", "enable", "svc/pkg.S/Trip", "--json")

@@ -102,12 +102,20 @@ func cmdControl(op string) func(ctx context.Context, e *env, args []string) erro
 		if op == "isolate" {
 			fs.DurationVar(&n.For, "for", 0, "release by itself after this long (0: until released)")
 		}
+		fs.IntVar(&e.replicas, "replicas", 0, "replicas to wait for (0: as many as the master reports)")
+		fs.DurationVar(&e.replicaTimeout, "replica-timeout", cbredis.DefaultReplicaTimeout, "bound on the wait for replicas")
 		ctx, cancel, c, p, pos, err := e.setup(ctx, args, func(pos []string) error {
 			if err := oneScope(pos); err != nil {
 				return err
 			}
 			if err := n.Validate(op); err != nil {
 				return usageErr("%v", err)
+			}
+			if e.replicas < 0 {
+				return usageErr("--replicas %d: want 0 (as many as the master reports) or more", e.replicas)
+			}
+			if e.replicaTimeout < time.Millisecond || e.replicaTimeout >= e.timeout {
+				return usageErr("--replica-timeout %v: want at least 1ms, and less than --timeout %v", e.replicaTimeout, e.timeout)
 			}
 			return nil
 		})
@@ -141,21 +149,42 @@ func cmdControl(op string) func(ctx context.Context, e *env, args []string) erro
 		if err != nil {
 			return err
 		}
-		if e.json {
-			out := resultJSON{Scope: scope, Changed: res.Transition != nil, State: res.State.String(), Generation: res.Generation}
+		switch {
+		case e.json:
+			out := resultJSON{Scope: scope, Changed: res.Transition != nil, State: res.State.String(), Generation: res.Generation,
+				Replicas: replicasJSON{Wanted: res.Replicas.Wanted, Confirmed: res.Replicas.Confirmed}}
 			if res.Transition != nil {
 				t := toTransitionJSON(*res.Transition)
 				out.Transition = &t
 			}
-			return writeJSON(e.stdout, out)
-		}
-		if res.Transition != nil {
+			err = writeJSON(e.stdout, out)
+		case res.Transition != nil:
 			fmt.Fprintln(e.stdout, transitionLine(*res.Transition))
-			return nil
+		default:
+			fmt.Fprintf(e.stdout, "unchanged: %s is %v in generation %d\n", quoteScope(scope), res.State, res.Generation)
 		}
-		fmt.Fprintf(e.stdout, "unchanged: %s is %v in generation %d\n", quoteScope(scope), res.State, res.Generation)
-		return nil
+		if err != nil {
+			return err
+		}
+		return e.confirmed(res.Replicas)
 	}
+}
+
+// confirmed tells the operator how far a change reached the replicas: a
+// note when some did not confirm it, and an error with its own exit code
+// when none did, since a failover would then lose it.
+func (e *env) confirmed(r coordinator.Replication) error {
+	switch {
+	case r.Confirmed >= r.Wanted:
+		return nil
+	case r.Confirmed == 0:
+		return &cmdError{exitUnconfirmed, fmt.Errorf("warning: not confirmed by any replica (0 of %d within %v): "+
+			"the change is in force on the master, but a failover now would lose it; run the command again once the replicas are back",
+			r.Wanted, e.replicaTimeout)}
+	}
+	fmt.Fprintf(e.stderr, "cbctl: %s: note: confirmed by %d of %d replicas within %v; a failover to another may lose it\n",
+		e.name, r.Confirmed, r.Wanted, e.replicaTimeout)
+	return nil
 }
 
 func cmdWatch(ctx context.Context, e *env, args []string) error {

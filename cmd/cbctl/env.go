@@ -24,11 +24,14 @@ type env struct {
 	getenv         func(string) string
 
 	addr, prefix, by  string
+	sentinel, master  string
 	cluster, tls      bool
 	tlsCA, tlsName    string
 	window            time.Duration
 	buckets           int
 	timeout           time.Duration
+	replicas          int           // isolate, release, disable, enable
+	replicaTimeout    time.Duration // likewise
 	json              bool
 	client            goredis.UniversalClient
 	fs                *flag.FlagSet
@@ -48,6 +51,8 @@ func (e *env) flags(positionals string) *flag.FlagSet {
 	}
 	fs.StringVar(&e.addr, "addr", addr, "Redis `host:port`; comma-separated seeds with --cluster")
 	fs.BoolVar(&e.cluster, "cluster", false, "the Redis is a Redis Cluster")
+	fs.StringVar(&e.sentinel, "sentinel", e.getenv("CBCTL_REDIS_SENTINEL"), "Sentinel `host:port`s, comma-separated, instead of --addr; with --master")
+	fs.StringVar(&e.master, "master", e.getenv("CBCTL_REDIS_MASTER"), "`name` of the master the Sentinels monitor")
 	fs.BoolVar(&e.tls, "tls", false, "connect with TLS")
 	fs.StringVar(&e.tlsCA, "tls-ca", "", "PEM `file` of the CAs to trust (implies --tls)")
 	fs.StringVar(&e.tlsName, "tls-server-name", "", "server `name` to verify (implies --tls)")
@@ -89,7 +94,7 @@ func (e *env) help() {
 	fmt.Fprintf(e.stderr, "usage: cbctl %s [flags] %s\n\nflags:\n", e.name, e.positionalsNeeded)
 	e.fs.SetOutput(e.stderr)
 	e.fs.PrintDefaults()
-	fmt.Fprint(e.stderr, "\nenvironment: CBCTL_REDIS_ADDR, CBCTL_REDIS_USERNAME, CBCTL_REDIS_PASSWORD, CBCTL_BY\n")
+	fmt.Fprint(e.stderr, "\nenvironment: CBCTL_REDIS_ADDR, CBCTL_REDIS_SENTINEL, CBCTL_REDIS_MASTER, CBCTL_REDIS_USERNAME, CBCTL_REDIS_PASSWORD, CBCTL_BY\n")
 }
 
 // policy is the fleet's policy as far as cbctl needs it: the window.
@@ -107,6 +112,10 @@ func (e *env) coordinator() (*cbredis.Coordinator, error) {
 	if strings.ContainsAny(e.prefix, "{}") {
 		return nil, usageErr("--prefix %q: a prefix holds no brace", e.prefix)
 	}
+	sentinel, err := e.viaSentinel()
+	if err != nil {
+		return nil, err
+	}
 	var tc *tls.Config
 	if e.tls || e.tlsCA != "" || e.tlsName != "" {
 		tc = &tls.Config{ServerName: e.tlsName, MinVersion: tls.VersionTLS12}
@@ -123,19 +132,53 @@ func (e *env) coordinator() (*cbredis.Coordinator, error) {
 	}
 	user, pass := e.getenv("CBCTL_REDIS_USERNAME"), e.getenv("CBCTL_REDIS_PASSWORD")
 	addrs := strings.Split(e.addr, ",")
-	if e.cluster {
+	switch {
+	case sentinel:
+		e.client = goredis.NewFailoverClient(&goredis.FailoverOptions{
+			MasterName: e.master, SentinelAddrs: strings.Split(e.sentinel, ","),
+			Username: user, Password: pass, TLSConfig: tc, ContextTimeoutEnabled: true,
+		})
+	case e.cluster:
 		e.client = goredis.NewClusterClient(&goredis.ClusterOptions{
 			Addrs: addrs, Username: user, Password: pass, TLSConfig: tc, ContextTimeoutEnabled: true,
 		})
-	} else {
-		if len(addrs) != 1 {
-			return nil, usageErr("--addr %q: one address, or --cluster for seeds", e.addr)
-		}
+	case len(addrs) != 1:
+		return nil, usageErr("--addr %q: one address, or --cluster for seeds", e.addr)
+	default:
 		e.client = goredis.NewClient(&goredis.Options{
 			Addr: e.addr, Username: user, Password: pass, TLSConfig: tc, ContextTimeoutEnabled: true,
 		})
 	}
-	return cbredis.New(e.client, cbredis.WithPrefix(e.prefix)), nil
+	return cbredis.New(e.client, cbredis.WithPrefix(e.prefix),
+		cbredis.WithReplicas(e.replicas), cbredis.WithReplicaTimeout(e.replicaTimeout)), nil
+}
+
+// viaSentinel reports whether to find the master through Sentinels: when
+// --sentinel or $CBCTL_REDIS_SENTINEL is set, unless --addr is given. An
+// explicit flag beats the environment, as it does for --addr.
+func (e *env) viaSentinel() (bool, error) {
+	set := map[string]bool{}
+	e.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	origin := func(flag, env string) string {
+		if set[flag] {
+			return "--" + flag
+		}
+		return "$" + env
+	}
+	switch {
+	case e.sentinel == "" || (set["addr"] && !set["sentinel"]):
+		if set["master"] {
+			return false, usageErr("--master %q: it names a master the Sentinels monitor; give --sentinel too", e.master)
+		}
+		return false, nil
+	case set["addr"]:
+		return false, usageErr("--addr and --sentinel: give one of them")
+	case e.cluster:
+		return false, usageErr("--cluster and %s: Sentinel serves a master and its replicas, not a cluster; give one of them", origin("sentinel", "CBCTL_REDIS_SENTINEL"))
+	case e.master == "":
+		return false, usageErr("%s %q: give --master NAME (or $CBCTL_REDIS_MASTER), the master the Sentinels monitor", origin("sentinel", "CBCTL_REDIS_SENTINEL"), e.sentinel)
+	}
+	return true, nil
 }
 
 // by is who acts, for the note.

@@ -18,12 +18,20 @@
 //
 //	--addr HOST:PORT[,HOST:PORT...]  Redis address; seeds with --cluster (default $CBCTL_REDIS_ADDR or 127.0.0.1:6379)
 //	--cluster                        Redis Cluster
+//	--sentinel HOST:PORT[,...]       Sentinels, instead of --addr (default $CBCTL_REDIS_SENTINEL)
+//	--master NAME                    the master the Sentinels monitor (default $CBCTL_REDIS_MASTER)
 //	--tls                            TLS; --tls-ca FILE and --tls-server-name NAME tune it
 //	--prefix P                       key prefix the fleet's coordinator uses (default "cbgrpc:")
 //	--window D, --buckets N          the fleet's Policy.Window and Policy.Buckets (default 30s, 10)
 //	--by NAME                        who is acting, for the note (default $CBCTL_BY or $USER)
 //	--timeout D                      bound on each command but watch (default 10s)
+//	--replicas N                     isolate, release, disable, enable: replicas to wait for (default 0: as many as the master reports)
+//	--replica-timeout D              isolate, release, disable, enable: bound on the wait for replicas (default 1s, less than --timeout)
 //	--json                           JSON instead of a table: one object, or one per line for watch
+//
+// With Sentinels, cbctl asks them for the master and acts on it; the
+// --sentinel flag beats $CBCTL_REDIS_ADDR, and --addr beats
+// $CBCTL_REDIS_SENTINEL. --sentinel goes with neither --addr nor --cluster.
 //
 // The Redis username and password come from $CBCTL_REDIS_USERNAME and
 // $CBCTL_REDIS_PASSWORD, never from flags, which other users can read
@@ -38,8 +46,18 @@
 // asked for); 1 an operational error (Redis unreachable, a script failed,
 // the watch feed was lost); 2 a usage error (unknown command or flag, a
 // missing argument, a missing --reason, a bad --for); 3 show, release or
-// enable of a scope that has no state. Errors go to standard error as one
-// line "cbctl: COMMAND: ...".
+// enable of a scope that has no state; 4 isolate, release, disable or
+// enable whose change no replica confirmed (the change is in force on the
+// master, but a failover would lose it: run the command again once the
+// replicas are back). Errors go to standard error as one line
+// "cbctl: COMMAND: ...". A change that some replicas confirmed and others
+// did not exits 0 with a note on standard error.
+//
+// Durability: after isolate, release, disable and enable, cbctl waits up
+// to --replica-timeout for the master's replicas to have the change
+// (Redis WAIT) and says whether they did; --json gives the counts as
+// "replicas": {"wanted": N, "confirmed": M}. A Redis with no replica has
+// nothing to wait for.
 //
 // In tables a scope is printed as is when it is printable and holds no
 // space, otherwise as a Go-quoted string; JSON holds it as is.
@@ -67,6 +85,9 @@ const (
 	exitError    = 1
 	exitUsage    = 2
 	exitNotFound = 3
+	// exitUnconfirmed: the change was made on the master, but no replica
+	// confirmed it.
+	exitUnconfirmed = 4
 )
 
 func main() {
@@ -117,7 +138,7 @@ commands:
   watch [SCOPE...]                       print transitions as they happen
 
 Run "cbctl COMMAND --help" for the flags. Exit status: 0 ok, 1 error,
-2 usage, 3 scope not found.
+2 usage, 3 scope not found, 4 change not confirmed by any replica.
 `
 
 // run runs one command and returns the exit code.

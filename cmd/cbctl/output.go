@@ -131,6 +131,14 @@ type resultJSON struct {
 	State      string          `json:"state"`
 	Generation uint64          `json:"generation"`
 	Transition *transitionJSON `json:"transition"`
+	Replicas   replicasJSON    `json:"replicas"`
+}
+
+// replicasJSON is coordinator.Replication: wanted 0 when there was nothing
+// to wait for.
+type replicasJSON struct {
+	Wanted    int `json:"wanted"`
+	Confirmed int `json:"confirmed"`
 }
 
 func jsonTime(t time.Time) string {

@@ -379,13 +379,32 @@ func testManualStatesAreTransitions(t *testing.T, f Factory) {
 	wantTransitions(t, ctx, watch, want)
 }
 
+// command is one Controller operation with its note.
+type command struct {
+	op   string
+	note coordinator.Note
+}
+
+// testNoReplicasNothingToWaitFor: the coordinators Run is given have no
+// replicas, so every command, whether it changes the state or not, says
+// there was nothing to wait for (see [coordinator.Replication]).
+func testNoReplicasNothingToWaitFor(t *testing.T, f Factory) {
+	h := newHarness(t, f, basePolicy())
+	h.controller()
+	for _, c := range []command{
+		{"isolate", outage}, {"isolate", fixed}, {"release", fixed}, {"release", fixed},
+		{"disable", outage}, {"enable", fixed}, {"enable", fixed},
+	} {
+		if res := h.control(c.op, c.note); res.Replicas != (coordinator.Replication{}) {
+			t.Errorf("%s: Replicas %+v; want zero: nothing to wait for", c.op, res.Replicas)
+		}
+	}
+}
+
 func testInvalidNoteIsAnError(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	h.controller()
-	for _, c := range []struct {
-		op   string
-		note coordinator.Note
-	}{
+	for _, c := range []command{
 		{"isolate", coordinator.Note{By: "alice"}},
 		{"isolate", coordinator.Note{Reason: "  "}},
 		{"disable", coordinator.Note{}},

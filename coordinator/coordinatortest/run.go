@@ -11,6 +11,8 @@ import (
 // must read its time from clock, once per operation, and must not share
 // state with coordinators made for other subtests unless scopes keep them
 // apart (every subtest uses scopes of its own, except ScopesAreOpaque).
+// Its store must have no replicas: the operators' commands report that
+// they waited for none.
 type Factory func(t *testing.T, clock func() time.Time) coordinator.Coordinator
 
 // Run checks that the coordinators newCoordinator makes keep the breaker
@@ -104,4 +106,5 @@ var rules = []struct {
 	{"ManualStatesNeverExpire", testManualStatesNeverExpire},
 	{"ManualStatesAreTransitions", testManualStatesAreTransitions},
 	{"InvalidNoteIsAnError", testInvalidNoteIsAnError},
+	{"NoReplicasNothingToWaitFor", testNoReplicasNothingToWaitFor},
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -179,4 +180,191 @@ func testList(t *testing.T, rdb goredis.UniversalClient) {
 	if _, err := c.List(cancelled, p); err == nil {
 		t.Error("List with a cancelled context: no error")
 	}
+}
+
+// controlOps are the operator's commands in an order where each changes
+// the state.
+var controlOps = []struct {
+	name string
+	do   func(*cbredis.Coordinator, context.Context, string, coordinator.Policy, coordinator.Note) (coordinator.Result, error)
+	note coordinator.Note
+}{
+	{"isolate", (*cbredis.Coordinator).Isolate, coordinator.Note{Reason: "durable"}},
+	{"release", (*cbredis.Coordinator).Release, coordinator.Note{}},
+	{"disable", (*cbredis.Coordinator).Disable, coordinator.Note{Reason: "durable"}},
+	{"enable", (*cbredis.Coordinator).Enable, coordinator.Note{}},
+}
+
+// isolate isolates scope and returns what it reports, and how long it took.
+func isolate(t *testing.T, c *cbredis.Coordinator, scope string) (coordinator.Result, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	res, err := c.Isolate(t.Context(), scope, tripPolicy(), coordinator.Note{Reason: "durable"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != coordinator.StateIsolated {
+		t.Fatalf("Isolate(%q) = %+v; want isolated", scope, res)
+	}
+	return res, time.Since(start)
+}
+
+// streaming waits until the master streams writes to its replica: after a
+// diskless sync it holds the stream back until the replica's first
+// acknowledgement, which may come a second later, and until then WAIT
+// counts no replica.
+func streaming(t *testing.T, c *cbredis.Coordinator) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if res, _ := isolate(t, c, "redistest:streaming"); res.Replicas.Confirmed > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no replica confirmed a write for 10s")
+		}
+	}
+}
+
+// wantWaited checks that a command waited for its timeout, and no longer
+// than the timeout and a margin for the round trips.
+func wantWaited(t *testing.T, took, timeout time.Duration) {
+	t.Helper()
+	if took < timeout || took > timeout+2*time.Second {
+		t.Errorf("the command took %v; want the replica timeout %v", took, timeout)
+	}
+}
+
+// A command waits until the replica in sync has the change, and says so.
+func TestControlConfirmedByReplica(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartSentinel(t)
+	c := cbredis.New(s.FailoverClient(t))
+	streaming(t, c)
+	onReplica := cbredis.New(s.Replica().Client(t))
+	p := tripPolicy()
+	for _, op := range controlOps {
+		res, err := op.do(c, t.Context(), "s", p, op.note)
+		if err != nil {
+			t.Fatalf("%s: %v", op.name, err)
+		}
+		if res.Transition == nil || res.Replicas != (coordinator.Replication{Wanted: 1, Confirmed: 1}) {
+			t.Errorf("%s = %+v; want a transition confirmed by 1 replica of 1", op.name, res)
+		}
+		snap, err := onReplica.Snapshot(t.Context(), "s", p)
+		if err != nil || snap.State != res.State || snap.Generation != res.Generation {
+			t.Errorf("after %s, the replica reads %+v, %v; want %v in generation %d", op.name, snap, err, res.State, res.Generation)
+		}
+	}
+}
+
+// With the replica cut off, a command is in force on the master but says
+// that no replica confirmed it, within the timeout; repeated once the
+// replica is back, it is confirmed. The master reports no replica
+// connected: it is its replication backlog that shows it had one.
+func TestControlNotConfirmedWhenReplicationIsCut(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartSentinel(t)
+	const timeout = 300 * time.Millisecond
+	c := cbredis.New(s.FailoverClient(t), cbredis.WithReplicaTimeout(timeout))
+	s.CutReplication(t)
+	res, took := isolate(t, c, "s")
+	if res.Replicas != (coordinator.Replication{Wanted: 1, Confirmed: 0}) {
+		t.Errorf("Isolate with replication cut: Replicas %+v; want 1 wanted, 0 confirmed", res.Replicas)
+	}
+	wantWaited(t, took, timeout)
+
+	s.Replica().Resume()
+	deadline := time.Now().Add(10 * time.Second)
+	for res.Replicas.Confirmed != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Isolate after the replica resumed: Replicas %+v; want it confirmed by 1", res.Replicas)
+		}
+		res, _ = isolate(t, c, "s")
+	}
+}
+
+// WithReplicas asks for more replicas than the master has: the command
+// says how many of them confirmed.
+func TestControlWithReplicasCountsThoseThatConfirmed(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartSentinel(t)
+	const timeout = 200 * time.Millisecond
+	c := cbredis.New(s.FailoverClient(t), cbredis.WithReplicas(2), cbredis.WithReplicaTimeout(timeout))
+	streaming(t, c)
+	res, took := isolate(t, c, "s")
+	if res.Replicas != (coordinator.Replication{Wanted: 2, Confirmed: 1}) {
+		t.Errorf("Isolate wanting 2 replicas of 1: Replicas %+v; want 2 wanted, 1 confirmed", res.Replicas)
+	}
+	wantWaited(t, took, timeout)
+}
+
+// On a cluster, a command waits for the replica of the master that holds
+// its scope, whichever master that is, and finds the new master once a
+// failover has moved the scope's slot.
+func TestControlConfirmedOnCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartClusterWithReplicas(t)
+	rdb := cl.Client(t)
+	const prefix = "durable:"
+	c := cbredis.New(rdb, cbredis.WithPrefix(prefix))
+	// The scopes land on every master. No need to wait for streaming: a
+	// replica's first acknowledgement comes at most a second after its
+	// sync, so within the default wait of a second.
+	for i := range 12 {
+		if res, _ := isolate(t, c, fmt.Sprintf("svc-%d", i)); res.Replicas != (coordinator.Replication{Wanted: 1, Confirmed: 1}) {
+			t.Errorf("Isolate of svc-%d: Replicas %+v; want confirmed by 1 replica of 1", i, res.Replicas)
+		}
+	}
+
+	var key string
+	err := rdb.ForEachMaster(t.Context(), func(ctx context.Context, node *goredis.Client) error {
+		keys, err := node.Keys(ctx, prefix+"*").Result()
+		for _, k := range keys {
+			if node.HGet(ctx, k, "scope").Val() == "svc-0" {
+				key = k
+			}
+		}
+		return err
+	})
+	if err != nil || key == "" {
+		t.Fatalf("the state key of svc-0: %q, %v", key, err)
+	}
+	cl.FailoverSlotOf(t, key)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := c.Release(t.Context(), "svc-0", tripPolicy(), coordinator.Note{})
+		if err == nil {
+			if res.Replicas != (coordinator.Replication{Wanted: 1, Confirmed: 1}) {
+				t.Errorf("Release after the failover = %+v; want it confirmed by 1 replica of 1", res)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Release after the failover: %v", err)
+		}
+	}
+}
+
+func TestReplicaOptionsAreChecked(t *testing.T) {
+	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	for _, c := range []struct {
+		opt  cbredis.Option
+		want string
+	}{
+		{cbredis.WithReplicas(-1), "WithReplicas(-1)"},
+		{cbredis.WithReplicaTimeout(-time.Second), "WithReplicaTimeout(-1s)"},
+		{cbredis.WithReplicaTimeout(time.Microsecond), "WithReplicaTimeout(1µs): want at least 1ms"},
+	} {
+		func() {
+			defer func() {
+				if msg := fmt.Sprint(recover()); !strings.Contains(msg, c.want) {
+					t.Errorf("New with %s: panic %q; want one naming it", c.want, msg)
+				}
+			}()
+			cbredis.New(rdb, c.opt)
+		}()
+	}
+	cbredis.New(rdb, cbredis.WithReplicas(0), cbredis.WithReplicaTimeout(0)) // ignored: the defaults
 }

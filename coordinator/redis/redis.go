@@ -30,8 +30,17 @@ const (
 	testClockGCMargin = 10 * time.Minute
 )
 
+// DefaultReplicaTimeout bounds how long an operator's command waits for
+// replicas, unless [WithReplicaTimeout] says otherwise. A replica in sync
+// acknowledges within milliseconds and WAIT returns as soon as it has, so
+// the bound costs time only when a replica is behind or gone: the
+// operator then hears so within a second, well inside the 10 s that cbctl
+// and a Breaker give a command.
+const DefaultReplicaTimeout = time.Second
+
 // Coordinator is a [coordinator.Coordinator] on Redis. It holds no state of
-// its own: every method is one script call. Create one with [New]; it is
+// its own: every method is one script call (which the operator's commands
+// follow with a wait for the replicas). Create one with [New]; it is
 // safe for concurrent use.
 type Coordinator struct {
 	client  goredis.UniversalClient
@@ -39,6 +48,9 @@ type Coordinator struct {
 	clock   func() time.Time
 	scripts *scripts
 	sharded bool // a Redis Cluster: transitions go out by sharded pub/sub
+
+	replicas       int // 0: as many as the master reports
+	replicaTimeout time.Duration
 }
 
 var _ coordinator.Coordinator = (*Coordinator)(nil)
@@ -69,15 +81,40 @@ func WithClock(clock func() time.Time) Option {
 	})
 }
 
+// WithReplicas makes the operator's commands ([coordinator.Controller])
+// wait for n replicas instead of as many as the master reports; 0 is
+// ignored. A master reports the replicas connected to it, and guesses one
+// when it has lost the link to the one it had; set n when the deployment's
+// replica count is known, so that one replica gone quiet is not missed.
+func WithReplicas(n int) Option {
+	return optionFunc(func(c *Coordinator) {
+		if n != 0 {
+			c.replicas = n
+		}
+	})
+}
+
+// WithReplicaTimeout bounds how long an operator's command waits for
+// replicas, instead of [DefaultReplicaTimeout]; 0 is ignored.
+func WithReplicaTimeout(d time.Duration) Option {
+	return optionFunc(func(c *Coordinator) {
+		if d != 0 {
+			c.replicaTimeout = d
+		}
+	})
+}
+
 // New returns a coordinator that keeps its state in client, which may be a
 // single-node client, a failover client or a cluster client. It panics if
-// client is nil, or if [WithPrefix] was given a prefix with a brace, which
-// would break the hash tag that keeps a scope's keys in one cluster slot.
+// client is nil, if [WithPrefix] was given a prefix with a brace, which
+// would break the hash tag that keeps a scope's keys in one cluster slot,
+// or if [WithReplicas] was given a negative count or [WithReplicaTimeout]
+// less than a millisecond.
 func New(client goredis.UniversalClient, opts ...Option) *Coordinator {
 	if client == nil || reflect.ValueOf(client).IsNil() {
 		panic("redis coordinator: New: client is nil; pass a go-redis client (goredis.NewClient, NewClusterClient or NewUniversalClient)")
 	}
-	c := &Coordinator{client: client, prefix: DefaultPrefix, scripts: plainScripts}
+	c := &Coordinator{client: client, prefix: DefaultPrefix, scripts: plainScripts, replicaTimeout: DefaultReplicaTimeout}
 	if _, ok := client.(*goredis.ClusterClient); ok {
 		c.scripts, c.sharded = shardedScripts, true
 	}
@@ -89,14 +126,20 @@ func New(client goredis.UniversalClient, opts ...Option) *Coordinator {
 	if strings.ContainsAny(c.prefix, "{}") {
 		panic(fmt.Sprintf("redis coordinator: prefix %q contains a brace; the coordinator adds its own hash tag", c.prefix))
 	}
+	if c.replicas < 0 {
+		panic(fmt.Sprintf("redis coordinator: WithReplicas(%d): want a number of replicas, or 0 for as many as the master reports", c.replicas))
+	}
+	if c.replicaTimeout < time.Millisecond {
+		panic(fmt.Sprintf("redis coordinator: WithReplicaTimeout(%v): want at least 1ms, which WAIT counts in", c.replicaTimeout))
+	}
 	return c
 }
 
-// call runs one script for op on scope and reads the part of its reply
-// that every script shares (reply in lib.lua). The first ARGV are the ones
-// every script reads; scripts that write also get the scope and the GC
-// margin.
-func (c *Coordinator) call(ctx context.Context, s *goredis.Script, op, scope string, p coordinator.Policy, write bool, args ...any) (answer, error) {
+// call runs one script for op on scope, on rdb, and reads the part of its
+// reply that every script shares (reply in lib.lua). The first ARGV are
+// the ones every script reads; scripts that write also get the scope and
+// the GC margin.
+func (c *Coordinator) call(ctx context.Context, rdb goredis.Scripter, s *goredis.Script, op, scope string, p coordinator.Policy, write bool, args ...any) (answer, error) {
 	if err := p.Validate(); err != nil {
 		return answer{}, opError(op, scope, err)
 	}
@@ -112,7 +155,7 @@ func (c *Coordinator) call(ctx context.Context, s *goredis.Script, op, scope str
 	}
 	argv = append(argv, args...)
 	k := scopeKeys(c.prefix, scope)
-	reply, err := s.Run(ctx, c.client, k[:], argv...).Slice()
+	reply, err := s.Run(ctx, rdb, k[:], argv...).Slice()
 	if err != nil {
 		if corrupt(err) {
 			err = fmt.Errorf("%w: %w", coordinator.ErrCorruptState, err)
@@ -156,7 +199,7 @@ func abbreviate(scope string) string {
 
 // Admit implements [coordinator.Coordinator].
 func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
-	a, err := c.call(ctx, c.scripts.admit, "admit", scope, p, true,
+	a, err := c.call(ctx, c.client, c.scripts.admit, "admit", scope, p, true,
 		p.Probes, p.ProbeLease.Milliseconds(), claim)
 	if err != nil {
 		return coordinator.Decision{}, err
@@ -191,7 +234,7 @@ func (c *Coordinator) Record(ctx context.Context, scope string, p coordinator.Po
 		}
 		args = append(args, strconv.FormatUint(o.Generation, 10), flags)
 	}
-	return c.result(ctx, c.scripts.record, "record", scope, p, args...)
+	return c.result(ctx, c.client, c.scripts.record, "record", scope, p, args...)
 }
 
 // Settle implements [coordinator.Coordinator].
@@ -201,15 +244,15 @@ func (c *Coordinator) Settle(ctx context.Context, scope string, p coordinator.Po
 	if o.Failure || p.IsSlow(o.Duration) {
 		failed = 1
 	}
-	return c.result(ctx, c.scripts.settle, "settle", scope, p,
+	return c.result(ctx, c.client, c.scripts.settle, "settle", scope, p,
 		claim, strconv.FormatUint(o.Generation, 10), failed,
 		p.OpenFor.Milliseconds(), p.MaxOpenFor.Milliseconds(), p.ProbeSuccesses)
 }
 
-// result runs a script that replies with a [coordinator.Result]: the
-// shared part, then the number of stale outcomes.
-func (c *Coordinator) result(ctx context.Context, s *goredis.Script, op, scope string, p coordinator.Policy, args ...any) (coordinator.Result, error) {
-	a, err := c.call(ctx, s, op, scope, p, true, args...)
+// result runs a script on rdb that replies with a [coordinator.Result]:
+// the shared part, then the number of stale outcomes.
+func (c *Coordinator) result(ctx context.Context, rdb goredis.Scripter, s *goredis.Script, op, scope string, p coordinator.Policy, args ...any) (coordinator.Result, error) {
+	a, err := c.call(ctx, rdb, s, op, scope, p, true, args...)
 	if err != nil {
 		return coordinator.Result{}, err
 	}
@@ -231,7 +274,7 @@ func (c *Coordinator) result(ctx context.Context, s *goredis.Script, op, scope s
 // reads (with EVALSHA rather than EVALSHA_RO, which Redis 6 lacks): a scope
 // that is not born reads as such, generation 0.
 func (c *Coordinator) Snapshot(ctx context.Context, scope string, p coordinator.Policy) (coordinator.Snapshot, error) {
-	a, err := c.call(ctx, c.scripts.snapshot, "snapshot", scope, p, false)
+	a, err := c.call(ctx, c.client, c.scripts.snapshot, "snapshot", scope, p, false)
 	if err != nil {
 		return coordinator.Snapshot{}, err
 	}

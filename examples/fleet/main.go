@@ -7,6 +7,7 @@
 //
 //	go run ./examples/fleet                       # one shared in-process coordinator
 //	go run ./examples/fleet -redis 127.0.0.1:6379 # the fleet shares a Redis
+//	go run ./examples/fleet -sentinel 127.0.0.1:26379 -master mymaster # found through Sentinel
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +38,8 @@ import (
 
 var (
 	redisAddr = flag.String("redis", "", "address of a Redis the replicas share (default: one in-process coordinator)")
+	sentinels = flag.String("sentinel", "", "comma-separated Sentinel addresses, instead of -redis: the replicas share the master they monitor")
+	master    = flag.String("master", "", "with -sentinel: the name of the master the Sentinels monitor")
 	replicas  = flag.Int("replicas", 8, "number of replicas")
 	every     = flag.Duration("every", 20*time.Millisecond, "time between one replica's calls")
 )
@@ -64,14 +68,14 @@ func main() {
 
 	var shared func(i int) coordinator.Coordinator
 	what := "one in-process coordinator"
-	if *redisAddr != "" {
-		what = "Redis at " + *redisAddr
+	if newClient, where := redisClient(); newClient != nil {
+		what = "Redis " + where
 		// Its own client per replica, as separate processes would have.
 		prefix := fmt.Sprintf("cbgrpc-fleet-%d:", time.Now().UnixNano())
 		shared = func(int) coordinator.Coordinator {
-			rdb := goredis.NewClient(&goredis.Options{Addr: *redisAddr})
+			rdb := newClient()
 			if err := rdb.Ping(context.Background()).Err(); err != nil {
-				log.Fatalf("redis at %s: %v", *redisAddr, err)
+				log.Fatalf("redis %s: %v", where, err)
 			}
 			return cbredis.New(rdb, cbredis.WithPrefix(prefix))
 		}
@@ -84,6 +88,26 @@ func main() {
 
 	fmt.Printf("The dependency absorbed %d failing calls with the shared breaker and %d with a breaker per replica (%.1fx).\n",
 		one, each, float64(each)/float64(max(one, 1)))
+}
+
+// redisClient returns how to make a client of the Redis the flags name, and
+// where it is; nil when they name none.
+func redisClient() (func() *goredis.Client, string) {
+	switch {
+	case *sentinels != "" && *redisAddr != "":
+		log.Fatal("-redis and -sentinel: give one of them")
+	case *sentinels != "" && *master == "":
+		log.Fatal("-sentinel needs -master, the name of the master the Sentinels monitor")
+	case *sentinels == "" && *master != "":
+		log.Fatal("-master goes with -sentinel")
+	case *sentinels != "":
+		return func() *goredis.Client {
+			return goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: *master, SentinelAddrs: strings.Split(*sentinels, ",")})
+		}, fmt.Sprintf("master %q found through Sentinel %s", *master, *sentinels)
+	case *redisAddr != "":
+		return func() *goredis.Client { return goredis.NewClient(&goredis.Options{Addr: *redisAddr}) }, "at " + *redisAddr
+	}
+	return nil, ""
 }
 
 // run starts the replicas with a coordinator each from coord, lets them
