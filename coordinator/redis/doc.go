@@ -16,11 +16,12 @@
 //
 // A scope's keys are, with h the SHA-256 of the scope in hex:
 //
-//	<prefix>v2:{h}:state        hash: the breaker
-//	<prefix>v2:{h}:window       hash: the generation label and the buckets of the window
-//	<prefix>v2:{h}:probes       hash: probe leases, claim -> deadline (Unix ms)
-//	<prefix>v2:{h}:batches      list: the scope's recent batch IDs
-//	<prefix>v2:{h}:transitions  the scope's transition channel (pub/sub, not a key)
+//	<prefix>v2:{h}:state           hash: the breaker
+//	<prefix>v2:{h}:window          hash: the generation label and the buckets of the window
+//	<prefix>v2:{h}:probes          hash: probe leases, claim -> deadline (Unix ms)
+//	<prefix>v2:{h}:batches         list: the scope's recent batch IDs
+//	<prefix>v2:{h}:transitions     the scope's transition channel (pub/sub, not a key)
+//	<prefix>v2:{h}:heartbeat:<id>  a Watch's heartbeat channel (pub/sub), h of a scope it follows
 //
 // under the prefix "cbgrpc:" unless [WithPrefix] says otherwise. The shared
 // hash tag puts them in one Redis Cluster slot, whatever bytes the scope
@@ -70,6 +71,21 @@
 // "from to generation at open_until reason". [Coordinator.Watch] follows
 // scopes on that feed ([coordinator.Watcher]). Every write first ends an
 // isolation whose time has passed, and publishes that too.
+//
+// A feed proves that it still hears what the coordinator publishes, since
+// a subscription can go silent without an error (kept on a demoted master
+// after a failover, half-open, behind a proxy that stopped forwarding, on
+// a node that lost the slot). Every 500 ms a Watch publishes a heartbeat,
+// through the client's command connections as the scripts do, on a
+// channel of its own that each of its subscriptions follows. It reports
+// the feed lost ([coordinator.ErrFeedLost], saying why) when a heartbeat
+// reaches no subscriber on the node the commands go to (a failover, a
+// moved slot), when none has come back for 1.5 s, or when Redis
+// unsubscribes a channel on its own (a slot that moved): within 2 s of the
+// fault, or of the client's following a failover. A Watch that follows no
+// scope holds no subscription and sends no heartbeat. Each heartbeat is
+// one PUBLISH (SPUBLISH on a Cluster): two commands a second per replica
+// and per node that serves a scope it follows.
 //
 // An operator's commands ([Coordinator.Isolate], Release, Disable and
 // Enable, of [coordinator.Controller]) run one script, control.lua, and

@@ -2,8 +2,10 @@ package redis
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,26 +25,38 @@ var _ coordinator.Watcher = (*Coordinator)(nil)
 // followed scope. Unfollow unsubscribes, and closes a node's connection
 // once it follows nothing more. A broken connection ends the Watch with
 // [coordinator.ErrFeedLost]: go-redis would resubscribe on its own, but
-// what was published meanwhile is gone.
+// what was published meanwhile is gone. So does a connection that goes
+// silent, which the Watch's heartbeats reveal (see the package
+// documentation).
 func (c *Coordinator) Watch(ctx context.Context) (coordinator.Watch, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redis coordinator: watch: %w", err)
 	}
-	return &watch{
+	life, end := context.WithCancel(context.Background())
+	w := &watch{
 		c:       c,
+		id:      rand.Text(),
 		scopes:  make(map[string]string),
 		nodes:   make(map[string]string),
 		subs:    make(map[string]*sub),
 		pending: make(map[string]chan struct{}),
 		msgs:    make(chan *goredis.Message, 256),
-		done:    make(chan struct{}),
-	}, nil
+		life:    life,
+		end:     end,
+	}
+	w.wg.Add(1)
+	go w.beat()
+	return w, nil
 }
 
 type watch struct {
 	c    *Coordinator
+	id   string // names the Watch's heartbeat channels
 	msgs chan *goredis.Message
-	done chan struct{} // closed by Close or by the first broken subscription
+	// life ends with the Watch: by Close, or at the first sign that the
+	// feed is lost.
+	life context.Context
+	end  context.CancelFunc
 
 	// following serialises Follow and Unfollow, which wait for Redis
 	// while not holding mu.
@@ -53,15 +67,25 @@ type watch struct {
 	nodes   map[string]string        // channel -> node of the subscription it is on
 	subs    map[string]*sub          // node address ("" on a single server) -> its subscription
 	pending map[string]chan struct{} // channel -> closed when Redis confirms the subscription
-	err     error                    // why done was closed
+	err     error                    // why life ended
 	wg      sync.WaitGroup
 }
 
-// sub is one subscription: a connection to one node.
+// sub is one subscription: a connection to one node, which carries the
+// Watch's heartbeats from that node besides the scopes' channels.
 type sub struct {
-	ps       *goredis.PubSub
-	channels int  // channels followed on it, or being followed
-	closed   bool // closed because it follows nothing more: its reader ends quietly
+	ps        *goredis.PubSub
+	node      string // its key in watch.subs
+	heartbeat string // the channel of its heartbeats
+	channels  int    // scope channels followed on it, or being followed
+	closed    bool   // closed because it follows nothing more: its reader ends quietly
+	beating   bool   // Redis confirmed the heartbeat channel: heartbeats go out
+	// leaving counts the unsubscriptions asked for and not yet confirmed,
+	// by channel: any other one is Redis's own doing.
+	leaving map[string]int
+	// unsent is why the last heartbeat could not be published, if it
+	// could not: it explains a silence.
+	unsent error
 }
 
 var errWatchClosed = errors.New("redis coordinator: watch closed")
@@ -142,11 +166,11 @@ func (w *watch) subscribe(ctx context.Context, ch string) error {
 	case s == nil:
 		// The channel goes with the new subscription: a sharded one
 		// connects to the node that owns its first channel.
-		s = &sub{}
+		s = &sub{node: node, heartbeat: heartbeatChannel(ch, w.id), leaving: make(map[string]int)}
 		if w.c.sharded {
-			s.ps = cc.SSubscribe(ctx, ch)
+			s.ps = cc.SSubscribe(ctx, ch, s.heartbeat)
 		} else {
-			s.ps = w.c.client.Subscribe(ctx, ch)
+			s.ps = w.c.client.Subscribe(ctx, ch, s.heartbeat)
 		}
 		w.mu.Lock()
 		if w.err != nil {
@@ -183,8 +207,8 @@ func (w *watch) await(ctx context.Context, acked <-chan struct{}) error {
 	select {
 	case <-acked:
 		return nil
-	case <-w.done:
-		return errors.New("the subscription broke before Redis confirmed it")
+	case <-w.life.Done():
+		return fmt.Errorf("the subscription broke before Redis confirmed it: %w", w.failed())
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for Redis to confirm the subscription: %w", ctx.Err())
 	}
@@ -209,6 +233,8 @@ func (w *watch) unsubscribe(ctx context.Context, ch string) error {
 	if s.channels == 0 {
 		s.closed = true
 		delete(w.subs, node)
+	} else {
+		s.leaving[ch]++
 	}
 	w.mu.Unlock()
 	switch {
@@ -221,49 +247,109 @@ func (w *watch) unsubscribe(ctx context.Context, ch string) error {
 	}
 }
 
-// read forwards the messages of one subscription until it breaks, or
-// until Unfollow closes it.
+// read forwards the messages of one subscription until it breaks, goes
+// silent, or Unfollow closes it.
 func (w *watch) read(s *sub) {
 	defer w.wg.Done()
+	heard := time.Now() // when the last heartbeat came
 	for {
-		msg, err := s.ps.Receive(context.Background())
+		wait := time.Until(heard.Add(silenceBound))
+		if wait <= 0 {
+			w.fail(w.silence(s, time.Since(heard)))
+			return
+		}
+		msg, err := s.ps.ReceiveTimeout(w.life, wait)
 		if err != nil {
 			w.mu.Lock()
 			quiet := s.closed
 			w.mu.Unlock()
-			if !quiet {
+			var timeout net.Error
+			switch {
+			case quiet:
+			case errors.As(err, &timeout) && timeout.Timeout():
+				w.fail(w.silence(s, time.Since(heard)))
+			default:
 				w.fail(fmt.Errorf("redis coordinator: watch: %v: %w", err, coordinator.ErrFeedLost))
 			}
 			return
 		}
 		switch m := msg.(type) {
 		case *goredis.Message:
-			select {
-			case w.msgs <- m:
-			case <-w.done:
-				return
-			}
-		case *goredis.Subscription:
-			if m.Kind != "subscribe" && m.Kind != "ssubscribe" {
+			if m.Channel == s.heartbeat {
+				heard = time.Now()
 				continue
 			}
-			w.mu.Lock()
-			if acked, ok := w.pending[m.Channel]; ok {
-				close(acked)
-				delete(w.pending, m.Channel)
+			waited := time.Now()
+			select {
+			case w.msgs <- m:
+			case <-w.life.Done():
+				return
 			}
-			w.mu.Unlock()
+			// Waiting for Next is no silence of the feed.
+			heard = heard.Add(time.Since(waited))
+		case *goredis.Subscription:
+			if err := w.confirmed(s, m); err != nil {
+				w.fail(err)
+				return
+			}
+			if m.Channel == s.heartbeat {
+				heard = time.Now()
+			}
 		}
 	}
+}
+
+// confirmed takes Redis's word on a change of s's channels: it wakes up
+// the Follow waiting for a subscription, and starts the heartbeats once
+// their channel is subscribed. An unsubscription the Watch did not ask
+// for (Redis 7 sends one to the subscribers of a slot that moved away) is
+// a lost feed.
+func (w *watch) confirmed(s *sub, m *goredis.Subscription) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch m.Kind {
+	case "subscribe", "ssubscribe":
+		if acked, ok := w.pending[m.Channel]; ok {
+			close(acked)
+			delete(w.pending, m.Channel)
+		}
+		s.beating = s.beating || m.Channel == s.heartbeat
+	case "unsubscribe", "sunsubscribe":
+		if s.leaving[m.Channel] == 0 {
+			what := "the heartbeat channel"
+			if scope, ok := w.scopes[m.Channel]; ok {
+				what = abbreviate(scope)
+			}
+			return fmt.Errorf("redis coordinator: watch: Redis%s unsubscribed %s on its own (its slot moved?): %w",
+				on(s.node), what, coordinator.ErrFeedLost)
+		}
+		s.leaving[m.Channel]--
+		if s.leaving[m.Channel] == 0 {
+			delete(s.leaving, m.Channel)
+		}
+	}
+	return nil
 }
 
 // fail ends the Watch with err, unless it has ended already.
 func (w *watch) fail(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.err == nil {
-		w.err = err
-		close(w.done)
+	w.failLocked(err)
+}
+
+// failLocked is fail with w.mu held. On a Cluster it has go-redis reload
+// the slot map, which may be what failed: the next Watch must not
+// subscribe where a slot was (a MOVED answer), and nothing else refreshes
+// the map when nothing else goes to that slot.
+func (w *watch) failLocked(err error) {
+	if w.err != nil {
+		return
+	}
+	w.err = err
+	w.end()
+	if cc, ok := w.c.client.(*goredis.ClusterClient); ok && err != errWatchClosed {
+		cc.ReloadState(context.Background())
 	}
 }
 
@@ -272,7 +358,7 @@ func (w *watch) Next(ctx context.Context) (coordinator.Transition, error) {
 		var m *goredis.Message
 		select {
 		case m = <-w.msgs:
-		case <-w.done:
+		case <-w.life.Done():
 			return coordinator.Transition{}, w.failed()
 		case <-ctx.Done():
 			return coordinator.Transition{}, ctx.Err()
@@ -312,6 +398,9 @@ func parseTransition(scope, payload string) (coordinator.Transition, error) {
 	return newTransition(scope, n[0], n[1], uint64(n[2]), n[3], n[4], f[5]), nil
 }
 
+// Close waits for the heartbeat in flight, if any: over a server that
+// stopped answering, up to the client's ReadTimeout when the client ignores
+// context deadlines (no ContextTimeoutEnabled).
 func (w *watch) Close() error {
 	w.fail(errWatchClosed)
 	w.mu.Lock()

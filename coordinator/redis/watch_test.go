@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
+	"github.com/cbgrpc/cbgrpc/internal/faultproxy"
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
@@ -324,4 +326,66 @@ func TestWatchOpaqueScopes(t *testing.T) {
 		t.Fatalf("trip reason %q", tr.Reason)
 	}
 	next(t, ctx, w, tr)
+}
+
+// Close ends every goroutine of the Watch, even with a heartbeat stuck in
+// a connection that stopped forwarding. Not parallel: it counts the
+// package's goroutines.
+func TestWatchCloseLeavesNoGoroutine(t *testing.T) {
+	before := len(ours())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	cluster := redistest.StartCluster(t)
+	w := follow(t, ctx, New(cluster.Client(t)), clusterScopes(t, cluster)...)
+	beating(t, w)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	srv := redistest.Start(t)
+	proxy, err := faultproxy.Start(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	// Close waits for the heartbeat in flight, up to the read timeout.
+	rdb := goredis.NewClient(&goredis.Options{Addr: proxy.Addr(), ReadTimeout: 2 * time.Second})
+	t.Cleanup(func() { rdb.Close() })
+	w = follow(t, ctx, New(rdb), "s")
+	beating(t, w)
+	proxy.Block()
+	// A heartbeat is on its way, and stuck for a while yet.
+	time.Sleep(heartbeatEvery + 100*time.Millisecond)
+	start := time.Now()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Close with a heartbeat stuck took %v", time.Since(start).Round(time.Millisecond))
+
+	// A moment for the goroutines that Close waited for to return, far
+	// shorter than the heartbeat's read timeout.
+	deadline := time.Now().Add(200 * time.Millisecond)
+	for {
+		left := ours()
+		if len(left) <= before {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines left after Close, %d before:\n%s", len(left), before, strings.Join(left, "\n\n"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// ours returns the stacks of the goroutines this package started.
+func ours() []string {
+	buf := make([]byte, 1<<20)
+	var gs []string
+	for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "\ncreated by github.com/cbgrpc/cbgrpc/coordinator/redis.") {
+			gs = append(gs, g)
+		}
+	}
+	return gs
 }

@@ -1,0 +1,462 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/internal/faultproxy"
+	"github.com/cbgrpc/cbgrpc/internal/redistest"
+)
+
+// lossBound is how soon a silent feed must be reported lost (DESIGN §5a).
+const lossBound = 2 * time.Second
+
+// loss is when and how a Watch's Next failed.
+type loss struct {
+	at  time.Time
+	err error
+}
+
+// lose reads w in the background until Next fails.
+func lose(ctx context.Context, w coordinator.Watch) <-chan loss {
+	lost := make(chan loss, 1)
+	go func() {
+		for {
+			if _, err := w.Next(ctx); err != nil {
+				lost <- loss{time.Now(), err}
+				return
+			}
+		}
+	}()
+	return lost
+}
+
+// lostWithin checks that the feed was reported lost within lossBound of
+// the fault, and logs how long it took and why.
+func lostWithin(t *testing.T, l loss, fault time.Time) {
+	t.Helper()
+	if !errors.Is(l.err, coordinator.ErrFeedLost) {
+		t.Fatalf("Next: %v; want ErrFeedLost", l.err)
+	}
+	took := l.at.Sub(fault)
+	t.Logf("feed reported lost %v after the fault: %v", took.Round(time.Millisecond), l.err)
+	if took > lossBound {
+		t.Errorf("feed reported lost %v after the fault; want within %v", took, lossBound)
+	}
+}
+
+// promoted reports when srv, a replica, becomes a master.
+func promoted(t *testing.T, srv *redistest.Server) <-chan time.Time {
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	at := make(chan time.Time, 1)
+	ended := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-ended; rdb.Close() })
+	go func() {
+		defer close(ended)
+		for ctx.Err() == nil {
+			role, err := rdb.Do(ctx, "ROLE").Slice()
+			if err == nil && role[0] == "master" {
+				at <- time.Now()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return at
+}
+
+// probe waits for scope's open period to end and returns the transition
+// of the probe that half-opens it.
+func probe(t *testing.T, c *Coordinator, scope string) coordinator.Transition {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, err := c.Admit(context.Background(), scope, watchPolicy, "probe")
+		if err == nil && d.Transition != nil && d.Transition.To == coordinator.StateHalfOpen {
+			return *d.Transition
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Admit of %q after its open period = %+v, %v; want a probe", scope, d, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// heard opens a Watch of c following scope, checks that it hears the
+// scope trip, and waits for its heartbeats.
+func heard(t *testing.T, ctx context.Context, c *Coordinator, scope string) coordinator.Watch {
+	t.Helper()
+	w := follow(t, ctx, c, scope)
+	next(t, ctx, w, trip(t, c, scope))
+	beating(t, w)
+	return w
+}
+
+// refollow opens Watches of c following scopes, as a Breaker does after
+// a lost feed, until one lasts: after a slot moved, go-redis may still
+// subscribe on the node that served it, which answers MOVED and so ends
+// the Watch.
+func refollow(t *testing.T, ctx context.Context, c *Coordinator, scopes ...string) coordinator.Watch {
+	t.Helper()
+	start := time.Now()
+	for {
+		w, err := c.Watch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Close() })
+		err = w.Follow(ctx, scopes...)
+		if err == nil {
+			t.Logf("a new Watch follows %q %v after the loss", scopes, time.Since(start).Round(time.Millisecond))
+			return w
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("Follow: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// beating waits until every subscription of w publishes heartbeats, and
+// returns their channels.
+func beating(t *testing.T, w coordinator.Watch) []string {
+	t.Helper()
+	ww := w.(*watch)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ww.mu.Lock()
+		var channels []string
+		for _, s := range ww.subs {
+			if s.beating {
+				channels = append(channels, s.heartbeat)
+			}
+		}
+		all := len(channels) == len(ww.subs)
+		ww.mu.Unlock()
+		if all && len(channels) > 0 {
+			return channels
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d subscriptions publish heartbeats", len(channels), len(ww.subs))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A proxy that stops forwarding keeps the TCP connections up: only the
+// missing heartbeats tell.
+func TestWatchLostWhenProxyStopsForwarding(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy, err := faultproxy.Start(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	// Unblocked before the Watch closes, so that Close need not wait for
+	// the heartbeat in flight.
+	defer proxy.Unblock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := New(goredis.NewClient(&goredis.Options{Addr: proxy.Addr()}))
+	t.Cleanup(func() { c.client.Close() })
+	w := heard(t, ctx, c, "s")
+
+	lost := lose(ctx, w)
+	proxy.Block()
+	blocked := time.Now()
+	lostWithin(t, <-lost, blocked)
+}
+
+// After a Sentinel failover the failover client sends its commands to the
+// new master, while the Watch's connection stays on the demoted one.
+func TestWatchLostOnSentinelFailover(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartSentinel(t)
+	testFailover(t, New(s.FailoverClient(t)), s.Replica(), func() { s.Failover(t) })
+}
+
+// After a Cluster failover the slot of a followed scope is served by the
+// former replica, while the Watch's connection stays on the demoted
+// master.
+func TestWatchLostOnClusterFailover(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.StartClusterWithReplicas(t)
+	c := New(cluster.Client(t))
+	ch := scopeKeys(c.prefix, failoverScope)[keyChannel]
+	testFailover(t, c, cluster.ReplicaOf(t, ch), func() { cluster.FailoverSlotOf(t, ch) })
+}
+
+// failoverScope is the scope followed through a failover.
+const failoverScope = "s"
+
+// testFailover follows failoverScope on c while failover promotes replica,
+// checks that the feed is reported lost within lossBound of the
+// promotion, and that a new Watch hears of the scope from the new master.
+func testFailover(t *testing.T, c *Coordinator, replica *redistest.Server, failover func()) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := heard(t, ctx, c, failoverScope)
+	switched := promoted(t, replica)
+	lost := lose(ctx, w)
+	failover()
+	lostWithin(t, <-lost, <-switched)
+	next(t, ctx, refollow(t, ctx, c, failoverScope), probe(t, c, failoverScope))
+}
+
+// A slot that moves to another node takes its channels' subscriptions
+// along: Redis 7 tells their subscribers with an unsubscription that the
+// Watch did not ask for.
+func TestWatchLostWhenSlotMoves(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.StartCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cc := cluster.Client(t)
+	c := New(cc)
+	const scope = "s"
+	w := follow(t, ctx, c, scope)
+	beating(t, w)
+
+	ch := scopeKeys(c.prefix, scope)[keyChannel]
+	slot, err := cc.ClusterKeySlot(ctx, ch).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := cluster.MasterOf(t, ch)
+	to := cluster.Nodes[0]
+	if to == from {
+		to = cluster.Nodes[1]
+	}
+	id := func(srv *redistest.Server) string {
+		id, err := srv.Client(t).Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	setSlot := func(srv *redistest.Server, args ...any) {
+		args = append([]any{"CLUSTER", "SETSLOT", slot}, args...)
+		if err := srv.Client(t).Do(ctx, args...).Err(); err != nil {
+			t.Fatalf("%v on %s: %v", args, srv.Addr(), err)
+		}
+	}
+	fromID, toID := id(from), id(to)
+	setSlot(to, "IMPORTING", fromID)
+	setSlot(from, "MIGRATING", toID)
+	setSlot(to, "NODE", toID)
+	lost := lose(ctx, w)
+	moved := time.Now()
+	setSlot(from, "NODE", toID)
+	lostWithin(t, <-lost, moved)
+
+	next(t, ctx, refollow(t, ctx, c, scope), trip(t, c, scope))
+}
+
+// A healthy feed is not reported lost while nothing happens, nor while
+// Next leaves a burst of transitions waiting, on a loaded machine (the
+// tests of the package run in parallel, under -race).
+func TestWatchHealthyFeedIsNotLost(t *testing.T) {
+	t.Parallel()
+	// Three silence bounds: a feed whose heartbeats stopped would be lost
+	// twice over.
+	idle := 3 * silenceBound
+	t.Run("idle", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		w := follow(t, ctx, New(srv.Client(t)), "s")
+		// What the Watch hears, heard beside it.
+		heartbeats := srv.Client(t).Subscribe(ctx, beating(t, w)...)
+		defer heartbeats.Close()
+		if _, err := heartbeats.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		quiet, stop := context.WithTimeout(ctx, idle)
+		defer stop()
+		result := make(chan error, 1)
+		go func() {
+			tr, err := w.Next(quiet)
+			if err == nil {
+				err = fmt.Errorf("a transition: %+v", tr)
+			}
+			result <- err
+		}()
+		var gap time.Duration
+		for last := time.Now(); ; {
+			m, err := heartbeats.ReceiveTimeout(quiet, 0)
+			if err != nil {
+				break
+			}
+			if _, ok := m.(*goredis.Message); ok {
+				gap = max(gap, time.Since(last))
+				last = time.Now()
+			}
+		}
+		if err := <-result; !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Next over %v of idleness: %v; want the deadline", idle, err)
+		}
+		t.Logf("largest gap between heartbeats over %v: %v", idle, gap.Round(time.Millisecond))
+	})
+	t.Run("slow reader", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c := New(srv.Client(t))
+		w := follow(t, ctx, c)
+		// More transitions than the Watch buffers: its reader waits for Next.
+		scopes := make([]string, 2*cap(w.(*watch).msgs))
+		for i := range scopes {
+			scopes[i] = "s" + strconv.Itoa(i)
+		}
+		if err := w.Follow(ctx, scopes...); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]coordinator.Transition, len(scopes))
+		for i, s := range scopes {
+			want[i] = trip(t, c, s)
+		}
+		time.Sleep(idle)
+		for _, tr := range want {
+			next(t, ctx, w, tr)
+		}
+	})
+}
+
+// BenchmarkHeartbeat measures what heartbeats add to the Redis side of a
+// feed: 100 subscriptions without heartbeats, then 100 Watches following a
+// scope each, for b.N heartbeat periods each, on one server and on a
+// Cluster. It reports, per Watch and second, the Redis CPU they add (INFO
+// cpu), the execution time of (S)PUBLISH (INFO commandstats) and the
+// commands.
+//
+//	go test -run XXX -bench Heartbeat -benchtime 20x ./coordinator/redis
+func BenchmarkHeartbeat(b *testing.B) {
+	b.Run("server", func(b *testing.B) {
+		srv := redistest.Start(b)
+		benchmarkHeartbeat(b, srv.Client(b), srv)
+	})
+	b.Run("cluster", func(b *testing.B) {
+		cluster := redistest.StartCluster(b)
+		benchmarkHeartbeat(b, cluster.Client(b), cluster.Nodes...)
+	})
+}
+
+// benchmarkHeartbeat measures the heartbeats of Watches of rdb on nodes.
+func benchmarkHeartbeat(b *testing.B, rdb goredis.UniversalClient, nodes ...*redistest.Server) {
+	const watches = 100
+	ctx := context.Background()
+	c := New(rdb)
+	publish := "publish"
+	if c.sharded {
+		publish = "spublish"
+	}
+	var admins []*goredis.Client
+	for _, n := range nodes {
+		admins = append(admins, n.Client(b))
+	}
+	period := time.Duration(b.N) * heartbeatEvery
+	// run holds watches subscriptions open for a period and returns the
+	// Redis CPU spent meanwhile, in µs.
+	run := func(open func(i int) func() error) float64 {
+		for i := range watches {
+			defer open(i)()
+		}
+		// Past every subscription's first heartbeat.
+		time.Sleep(heartbeatEvery)
+		before := 0.0
+		for _, a := range admins {
+			if err := a.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			before += redisCPU(b, a)
+		}
+		time.Sleep(period)
+		spent := -before
+		for _, a := range admins {
+			spent += redisCPU(b, a)
+		}
+		return spent
+	}
+	b.ResetTimer()
+	plain := run(func(i int) func() error {
+		ch := fmt.Sprint("plain", i)
+		ps := rdb.Subscribe(ctx, ch)
+		if c.sharded {
+			ps = rdb.SSubscribe(ctx, ch)
+		}
+		if _, err := ps.Receive(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return ps.Close
+	})
+	beating := run(func(i int) func() error {
+		w, err := c.Watch(ctx)
+		if err == nil {
+			err = w.Follow(ctx, fmt.Sprint("s", i))
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		return w.Close
+	})
+	var calls, usec int64
+	for _, a := range admins {
+		n, us := commandStats(b, a, publish)
+		calls, usec = calls+n, usec+us
+	}
+	b.StopTimer()
+	watchSeconds := watches * period.Seconds()
+	b.ReportMetric((beating-plain)/watchSeconds, "cpu-µs/watch-s")
+	b.ReportMetric(float64(usec)/watchSeconds, publish+"-µs/watch-s")
+	b.ReportMetric(float64(calls)/watchSeconds, "cmds/watch-s")
+	b.ReportMetric(0, "ns/op")
+}
+
+// redisCPU returns the CPU time the server has used, in µs.
+func redisCPU(b *testing.B, rdb *goredis.Client) float64 {
+	info, err := rdb.InfoMap(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var us float64
+	for _, k := range []string{"used_cpu_sys", "used_cpu_user"} {
+		s, err := strconv.ParseFloat(info["CPU"][k], 64)
+		if err != nil {
+			b.Fatalf("INFO cpu %s: %v", k, err)
+		}
+		us += s * 1e6
+	}
+	return us
+}
+
+// commandStats returns the calls of cmd and the µs spent in them since
+// the statistics were reset.
+func commandStats(b *testing.B, rdb *goredis.Client, cmd string) (calls, usec int64) {
+	info, err := rdb.InfoMap(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for kv := range strings.SplitSeq(info["Commandstats"]["cmdstat_"+cmd], ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "calls":
+			calls = n
+		case "usec":
+			usec = n
+		}
+	}
+	return calls, usec
+}
