@@ -39,9 +39,6 @@ local CLOSED, OPEN, HALF_OPEN, ISOLATED, DISABLED = 'closed', 'open', 'half-open
 local CODE = {closed = 0, open = 1, ['half-open'] = 2, isolated = 3, disabled = 4}
 -- coordinator.IsolationEnded
 local ENDED = 'isolation ended'
--- The fields of the state hash that every script reads, in this order.
-local FIELDS = {'state', 'generation', 'opened_at', 'open_for', 'open_until',
-  'consecutive_failures', 'probe_successes', 'expires_at'}
 -- The operator's note, kept while isolated or disabled.
 local NOTE_FIELDS = {'note_by', 'note_reason', 'note_for', 'noted_at'}
 
@@ -79,18 +76,17 @@ end
 
 -- stored reads the state hash; false when there is none.
 local function stored()
-  local v = redis.call('HMGET', KEY_STATE, unpack(FIELDS))
+  local v = redis.call('HMGET', KEY_STATE, 'state', 'generation', 'opened_at', 'open_for',
+    'open_until', 'consecutive_failures', 'probe_successes', 'expires_at')
   if not v[1] then
     return false
   end
-  local s = {state = v[1]}
-  for i = 2, #FIELDS do
-    s[FIELDS[i]] = tonumber(v[i])
+  if not CODE[v[1]] then
+    error('state hash holds unknown state ' .. v[1])
   end
-  if not CODE[s.state] then
-    error('state hash holds unknown state ' .. s.state)
-  end
-  return s
+  return {state = v[1], generation = tonumber(v[2]), opened_at = tonumber(v[3]),
+    open_for = tonumber(v[4]), open_until = tonumber(v[5]), consecutive_failures = tonumber(v[6]),
+    probe_successes = tonumber(v[7]), expires_at = tonumber(v[8])}
 end
 
 -- born: the state is there, and not closed past keeping.
@@ -106,16 +102,10 @@ end
 -- save writes the whole state and gives the keys their lifetime. relabel
 -- starts the window afresh, labelled with the generation.
 local function save(s, relabel)
-  local args = {}
-  for _, f in ipairs(FIELDS) do
-    args[#args + 1] = f
-    if f == 'state' then
-      args[#args + 1] = s.state
-    else
-      args[#args + 1] = int(s[f])
-    end
-  end
-  redis.call('HSET', KEY_STATE, unpack(args))
+  redis.call('HSET', KEY_STATE, 'state', s.state, 'generation', int(s.generation),
+    'opened_at', int(s.opened_at), 'open_for', int(s.open_for), 'open_until', int(s.open_until),
+    'consecutive_failures', int(s.consecutive_failures), 'probe_successes', int(s.probe_successes),
+    'expires_at', int(s.expires_at))
   if relabel then
     redis.call('DEL', KEY_WINDOW)
     redis.call('HSET', KEY_WINDOW, 'generation', int(s.generation))
@@ -244,23 +234,6 @@ local function window(s)
   return w
 end
 
--- state_now: an open breaker whose period has ended reads half-open.
-local function state_now(s)
-  if s.state == OPEN and NOW >= s.open_until then
-    return HALF_OPEN
-  end
-  return s.state
-end
-
--- retry_after: the time until the open period, or an isolation for a set
--- time, ends; 0 in any other state.
-local function retry_after(s)
-  if (s.state == OPEN or s.state == ISOLATED) and s.open_until > NOW then
-    return s.open_until - NOW
-  end
-  return 0
-end
-
 -- publish announces tr on the scope's channel, so that every replica
 -- learns of it without asking:
 -- "from to generation at open_until reason", states as coordinator.State.
@@ -275,7 +248,9 @@ end
 --   {state as of now, generation, retry after ms, now,
 --    from, to, generation after, open until, reason, ...}
 -- with from = -1 when nothing moved, then the script's own values (...).
--- retry nil: as the state says (retry_after).
+-- retry nil: until the open period, or an isolation for a set time, ends
+-- (0 in any other state). The state as of now reads an open breaker whose
+-- period has ended as half-open.
 local function reply(s, tr, retry, ...)
   if lapsed then
     publish(lapsed)
@@ -285,12 +260,19 @@ local function reply(s, tr, retry, ...)
   else
     tr = lapsed
   end
-  local r = {CODE[state_now(s)], s.generation, retry or retry_after(s), NOW, -1, -1, 0, 0, ''}
+  local state = s.state
+  if not retry then
+    retry = 0
+    if (state == OPEN or state == ISOLATED) and s.open_until > NOW then
+      retry = s.open_until - NOW
+    end
+  end
+  if state == OPEN and NOW >= s.open_until then
+    state = HALF_OPEN
+  end
   if tr then
-    r[5], r[6], r[7], r[8], r[9] = CODE[tr.from], CODE[tr.to], tr.generation, tr.open_until, tr.reason
+    return {CODE[state], s.generation, retry, NOW,
+      CODE[tr.from], CODE[tr.to], tr.generation, tr.open_until, tr.reason, ...}
   end
-  for i = 1, select('#', ...) do
-    r[#r + 1] = select(i, ...)
-  end
-  return r
+  return {CODE[state], s.generation, retry, NOW, -1, -1, 0, 0, '', ...}
 end

@@ -33,31 +33,33 @@ end
 
 -- The other live buckets are summed once; the batch only adds to the
 -- current one, so the rules cost O(1) per outcome after this O(buckets)
--- read.
+-- read. Locals, not table fields: this loop runs once per outcome.
 local w = {current = counts(), others = counts(), dead = {}, labelled = true}
 if not s.newborn then
   w = window(s)
 end
-local cur, others = w.current, w.others
+local calls, failures, slow = w.current.calls, w.current.failures, w.current.slow
+local other_calls, other_failures, other_slow = w.others.calls, w.others.failures, w.others.slow
+local consecutive = s.consecutive_failures
 
 local function trip_reason()
   if s.state == DISABLED then
     return false
   end
-  if CONSECUTIVE_FAILURES > 0 and s.consecutive_failures >= CONSECUTIVE_FAILURES then
-    return string.format('consecutive failures %d >= %d', s.consecutive_failures, CONSECUTIVE_FAILURES)
+  if CONSECUTIVE_FAILURES > 0 and consecutive >= CONSECUTIVE_FAILURES then
+    return string.format('consecutive failures %d >= %d', consecutive, CONSECUTIVE_FAILURES)
   end
-  local calls = others.calls + cur.calls
-  if calls < MIN_CALLS then
+  local all = other_calls + calls
+  if all < MIN_CALLS then
     return false
   end
-  local failures, slow = others.failures + cur.failures, others.slow + cur.slow
+  local failed, slowed = other_failures + failures, other_slow + slow
   -- integer math: 0.5 must trip at exactly 2 of 4
-  if FAILURE_PERMILLE > 0 and failures * 1000 >= FAILURE_PERMILLE * calls then
-    return string.format('failures %d/%d >= %s', failures, calls, percent(FAILURE_PERMILLE))
+  if FAILURE_PERMILLE > 0 and failed * 1000 >= FAILURE_PERMILLE * all then
+    return string.format('failures %d/%d >= %s', failed, all, percent(FAILURE_PERMILLE))
   end
-  if SLOW_PERMILLE > 0 and slow * 1000 >= SLOW_PERMILLE * calls then
-    return string.format('slow calls %d/%d >= %s', slow, calls, percent(SLOW_PERMILLE))
+  if SLOW_PERMILLE > 0 and slowed * 1000 >= SLOW_PERMILLE * all then
+    return string.format('slow calls %d/%d >= %s', slowed, all, percent(SLOW_PERMILLE))
   end
   return false
 end
@@ -71,15 +73,15 @@ for i = OUTCOMES, #ARGV, 2 do
   else
     counted = counted + 1
     local flags = tonumber(ARGV[i + 1])
-    cur.calls = cur.calls + 1
+    calls = calls + 1
     if flags % 2 == 1 then
-      cur.failures = cur.failures + 1
-      s.consecutive_failures = s.consecutive_failures + 1
+      failures = failures + 1
+      consecutive = consecutive + 1
     else
-      s.consecutive_failures = 0
+      consecutive = 0
     end
     if flags >= 2 then
-      cur.slow = cur.slow + 1
+      slow = slow + 1
     end
     local reason = trip_reason()
     if reason then
@@ -98,9 +100,9 @@ if BATCH ~= '' then
   redis.call('LTRIM', KEY_BATCHES, int(-RECENT_BATCHES), -1)
 end
 if not tr then
-  s.expires_at = keep()
+  s.consecutive_failures, s.expires_at = consecutive, keep()
   save(s, not w.labelled)
-  redis.call('HSET', KEY_WINDOW, int(IDX), string.format('%d %d %d', cur.calls, cur.failures, cur.slow))
+  redis.call('HSET', KEY_WINDOW, int(IDX), string.format('%d %d %d', calls, failures, slow))
   hdel(KEY_WINDOW, w.dead)
 end
 return reply(s, tr, nil, stale)
