@@ -11,8 +11,9 @@ import "time"
 // open, closed, isolated or disabled, and the birth of a scope. A scope is
 // born by its first Admit, Record, Settle or [Controller] command after it
 // was forgotten (its closed state outlived its window), after its state
-// record was lost (eviction, a deleted key), or ever; that operation
-// persists the new generation. Snapshot never gives birth: a scope that is
+// record was lost (eviction, a deleted key) or rolled back (a caller has
+// seen a later generation: [WithSeen]), or ever; that operation persists
+// the new generation. Snapshot never gives birth: a scope that is
 // not born reads generation 0, which is never handed out.
 //
 // So generations only grow, and are never handed out twice for one scope,
@@ -26,3 +27,8 @@ import "time"
 func NextGeneration(prev uint64, now time.Time) uint64 {
 	return max(prev+1, uint64(max(now.UnixMilli(), 0))*1000)
 }
+
+// MaxGeneration bounds the generations coordinators hand out: integers a
+// double holds exactly (Redis's Lua computes with doubles). NextGeneration
+// stays below it until the year 2255.
+const MaxGeneration = 1<<53 - 1

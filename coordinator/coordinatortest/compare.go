@@ -88,6 +88,7 @@ const (
 	pathStaleOutcome
 	pathStaleSettle
 	pathBornAgain
+	pathBornAboveSeen
 	// with LoseState
 	pathLostState
 	pathFenced
@@ -105,7 +106,7 @@ const (
 var pathNames = [numPaths]string{
 	"opened", "admitted", "rejected while open", "rejected at the probe limit", "lease expired",
 	"settled success", "settled failure", "closed again", "stale outcome", "stale settle",
-	"born again after forgetting", "lost state", "fenced after a loss",
+	"born again after forgetting", "born above a generation seen", "lost state", "fenced after a loss",
 	"rejected while isolated", "isolated", "isolation ended", "released", "disabled", "counted while disabled", "enabled",
 }
 
@@ -219,8 +220,10 @@ func (d *driver) run(steps int) {
 			s.failing = !s.failing
 		}
 		switch n := d.rng.IntN(100); {
-		case n < 27:
+		case n < 25:
 			d.admit(s)
+		case n < 27:
+			d.admitSeen(s)
 		case n < 32:
 			d.readmit(s)
 		case n < 50:

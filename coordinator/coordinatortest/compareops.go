@@ -47,7 +47,23 @@ func remove(list []*call, c *call) []*call {
 
 func (d *driver) admit(s *cmpScope) {
 	d.next++
-	d.admitClaim(s, fmt.Sprintf("claim-%d", d.next), nil)
+	d.admitClaim(context.Background(), s, fmt.Sprintf("claim-%d", d.next), nil)
+}
+
+// admitSeen admits a call for a caller that has seen a generation of s:
+// the last one answered, or one above it, which is what a caller would
+// bring to a coordinator that lost state (rolled back by a failover).
+// Both coordinators must give birth to s above it.
+func (d *driver) admitSeen(s *cmpScope) {
+	last := s.gen
+	seen := last + uint64(d.rng.IntN(3))
+	d.next++
+	claim := fmt.Sprintf("claim-%d", d.next)
+	d.note("seen s%d generation %d", s.index, seen)
+	d.admitClaim(coordinator.WithSeen(context.Background(), seen), s, claim, nil)
+	if seen > last && s.gen == coordinator.NextGeneration(seen, d.now()) {
+		d.hit(pathBornAboveSeen)
+	}
 }
 
 // readmit admits the claim of a probe in flight again, as a caller retrying
@@ -58,11 +74,10 @@ func (d *driver) readmit(s *cmpScope) {
 		d.admit(s)
 		return
 	}
-	d.admitClaim(s, c.claim, c)
+	d.admitClaim(context.Background(), s, c.claim, c)
 }
 
-func (d *driver) admitClaim(s *cmpScope, claim string, again *call) {
-	ctx := context.Background()
+func (d *driver) admitClaim(ctx context.Context, s *cmpScope, claim string, again *call) {
 	rd, refErr := d.ref.Admit(ctx, s.alias, s.p, claim)
 	sd, sutErr := d.sut.Admit(ctx, s.name, s.p, claim)
 	d.note("admit s%d %s -> %s", s.index, claim, showDecision(rd))

@@ -264,7 +264,7 @@ func testDisableAllowsAndNeverTrips(t *testing.T, f Factory) {
 	if s.Calls != 15 || s.Failures != 10 || s.ConsecutiveFailures != 0 || s.Operator != outage || !s.ForcedAt.Equal(h.now()) {
 		t.Errorf("snapshot %+v; want 15 calls, 10 failures counted, the note, forced now", s)
 	}
-	h.wantResult("outcomes of another generation", h.record(fail(dis+1)), disabled, dis, 1)
+	h.wantResult("outcomes of another generation", h.record(fail(dis-1)), disabled, dis, 1)
 	h.advance(1000 * time.Hour)
 	h.wantState("a long time after disabling", disabled, dis)
 	h.wantDecision("a long time after disabling", h.admit("b"), allow, disabled, dis)

@@ -75,7 +75,12 @@ func (h *harness) next(prev uint64) uint64 { return coordinator.NextGeneration(p
 
 func (h *harness) admit(claim string) coordinator.Decision {
 	h.t.Helper()
-	d, err := h.c.Admit(h.t.Context(), h.scope, h.p, claim)
+	return h.admitCtx(h.t.Context(), claim)
+}
+
+func (h *harness) admitCtx(ctx context.Context, claim string) coordinator.Decision {
+	h.t.Helper()
+	d, err := h.c.Admit(ctx, h.scope, h.p, claim)
 	if err != nil {
 		h.t.Fatalf("Admit(%.40q, claim %q): %v", h.scope, claim, err)
 	}

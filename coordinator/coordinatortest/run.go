@@ -63,8 +63,7 @@ var rules = []struct {
 	// generations.go
 	{"GenerationsFollowNextGeneration", testGenerationsFollowNextGeneration},
 	{"OutcomeOfPastGenerationIsStale", testOutcomeOfPastGenerationIsStale},
-	{"NewerGenerationIsStale", testNewerGenerationIsStale},
-	{"SettleWithOtherGenerationIsStale", testSettleWithOtherGenerationIsStale},
+	{"SettleWithOlderGenerationIsStale", testSettleWithOlderGenerationIsStale},
 	{"GenerationsNeverReusedAfterForgetting", testGenerationsNeverReusedAfterForgetting},
 	{"OutcomeOfForgottenGenerationStaysStale", testOutcomeOfForgottenGenerationStaysStale},
 	// birth.go
@@ -73,6 +72,13 @@ var rules = []struct {
 	{"SnapshotNeverGivesBirth", testSnapshotNeverGivesBirth},
 	{"RecordOnNotBornScopeBirthsAndIsStale", testRecordOnNotBornScopeBirthsAndIsStale},
 	{"BirthForgetsBatchIDs", testBirthForgetsBatchIDs},
+	// seen.go
+	{"SeenAboveStoredGivesBirth", testSeenAboveStoredGivesBirth},
+	{"SeenAboveOpenStateGivesBirth", testSeenAboveOpenStateGivesBirth},
+	{"OutcomeAboveStoredGivesBirthAndIsStale", testOutcomeAboveStoredGivesBirthAndIsStale},
+	{"ProbeAboveStoredGivesBirthAndIsStale", testProbeAboveStoredGivesBirthAndIsStale},
+	{"SeenOnNotBornScope", testSeenOnNotBornScope},
+	{"SeenAtOrBelowStoredChangesNothing", testSeenAtOrBelowStoredChangesNothing},
 	// expiry.go
 	{"OpenStateNeverExpires", testOpenStateNeverExpires},
 	{"HalfOpenStateNeverExpires", testHalfOpenStateNeverExpires},

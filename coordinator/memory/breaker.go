@@ -70,11 +70,12 @@ type breaker struct {
 }
 
 // born gives birth to scope in a new generation, above the generation of
-// what it replaces (an expired breaker), if anything: rule 4.
-func born(scope string, old *breaker, r *rules, now int64) *breaker {
-	var prev uint64
+// what it replaces (an expired breaker, or state older than seen), if
+// anything, and above seen: rule 4.
+func born(scope string, old *breaker, seen uint64, r *rules, now int64) *breaker {
+	prev := seen
 	if old != nil {
-		prev = old.gen
+		prev = max(prev, old.gen)
 	}
 	return &breaker{scope: scope, gen: coordinator.NextGeneration(prev, time.UnixMilli(now)), expiresAt: r.keep(now)}
 }

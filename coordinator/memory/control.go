@@ -34,7 +34,7 @@ func (c *Coordinator) control(ctx context.Context, op, scope string, p coordinat
 		return coordinator.Result{}, fmt.Errorf("memory coordinator: %s %q: %w", op, scope, err)
 	}
 	var res coordinator.Result
-	err := c.op(ctx, op, scope, p, func(b *breaker, r *rules, now int64) *coordinator.Transition {
+	err := c.op(ctx, op, scope, p, coordinator.Seen(ctx), func(b *breaker, r *rules, now int64) *coordinator.Transition {
 		t := b.control(r, now, op, n)
 		res = b.result(now, 0, t)
 		return t

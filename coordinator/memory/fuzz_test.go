@@ -31,7 +31,8 @@ var fuzzPolicies = []coordinator.Policy{
 //     before, at a transition reported or at a birth: the first write to
 //     a scope never used, or to one forgotten (closed, with no outcome for
 //     a whole window), which reads as not born, exactly from when its last
-//     bucket leaves, until then;
+//     bucket leaves, until then; or a write that carries a generation
+//     above the stored one, as after a rollback (coordinator.WithSeen);
 //   - no more live probe leases than Probes, by Snapshot and by the
 //     distinct claims holding a Probe verdict;
 //   - an open breaker admits nothing before its open period ends, and that
@@ -87,11 +88,12 @@ func (m *fuzzModel) notBorn() bool {
 // mint is the generation a transition or a birth makes now.
 func (m *fuzzModel) mint() uint64 { return coordinator.NextGeneration(m.gen, m.clock.Now()) }
 
-// write gives birth to a scope that is not born, as every operation but
-// Snapshot does first.
-func (m *fuzzModel) write() {
-	if m.notBorn() {
-		m.gen = m.mint()
+// write gives birth to a scope that is not born, or whose generation lies
+// below seen, the highest the operation carries (coordinator.Seen), as
+// every operation but Snapshot does first.
+func (m *fuzzModel) write(seen uint64) {
+	if m.notBorn() || m.gen < seen {
+		m.gen = coordinator.NextGeneration(max(m.gen, seen), m.clock.Now())
 		m.state = coordinator.StateClosed
 		m.leases = map[string]int64{}
 		m.forgetAt = m.forgetsAt(m.now())
@@ -154,12 +156,12 @@ func (m *fuzzModel) step(op, arg byte) {
 		return
 	case 1:
 		m.claims = append(m.claims, fmt.Sprintf("c%d", len(m.claims)))
-		m.admit(m.claims[len(m.claims)-1])
+		m.admit(ctx, m.claims[len(m.claims)-1])
 	case 2:
 		if len(m.claims) == 0 {
 			return
 		}
-		m.admit(m.claims[int(arg)%len(m.claims)])
+		m.admit(ctx, m.claims[int(arg)%len(m.claims)])
 	case 3, 6:
 		var outcomes []coordinator.Outcome
 		for i := range 1 + int(arg%4) {
@@ -192,6 +194,10 @@ func (m *fuzzModel) step(op, arg byte) {
 		}
 		m.settle(m.claims[int(arg)%len(m.claims)], o)
 	case 5:
+		// A caller that has seen the stored generation, or one above it
+		// (after a rollback).
+		m.claims = append(m.claims, fmt.Sprintf("c%d", len(m.claims)))
+		m.admit(coordinator.WithSeen(ctx, m.gen+uint64(arg%3)), m.claims[len(m.claims)-1])
 	}
 	s, err := m.c.Snapshot(ctx, "fuzz", m.p)
 	if err != nil {
@@ -213,11 +219,11 @@ func (m *fuzzModel) step(op, arg byte) {
 	}
 }
 
-func (m *fuzzModel) admit(claim string) {
+func (m *fuzzModel) admit(ctx context.Context, claim string) {
 	m.t.Helper()
-	m.write()
+	m.write(coordinator.Seen(ctx))
 	liveBefore, held := m.live(), m.leases[claim] > m.now()
-	d, err := m.c.Admit(context.Background(), "fuzz", m.p, claim)
+	d, err := m.c.Admit(ctx, "fuzz", m.p, claim)
 	m.note("admit %s -> %v %v gen %d retry %v", claim, d.Verdict, d.State, d.Generation, d.RetryAfter)
 	if err != nil {
 		m.failf("Admit: %v", err)
@@ -259,7 +265,7 @@ func (m *fuzzModel) admit(claim string) {
 
 func (m *fuzzModel) record(ctx context.Context, outcomes []coordinator.Outcome) {
 	m.t.Helper()
-	m.write()
+	m.write(coordinator.Seen(ctx, outcomes...))
 	res, err := m.c.Record(ctx, "fuzz", m.p, outcomes)
 	m.note("record %v -> %+v", outcomes, res)
 	if err != nil {
@@ -286,7 +292,7 @@ func (m *fuzzModel) record(ctx context.Context, outcomes []coordinator.Outcome) 
 
 func (m *fuzzModel) settle(claim string, o coordinator.Outcome) {
 	m.t.Helper()
-	m.write()
+	m.write(o.Generation)
 	counts := m.state == coordinator.StateHalfOpen && o.Generation == m.gen && m.leases[claim] > m.now()
 	res, err := m.c.Settle(context.Background(), "fuzz", m.p, claim, o)
 	m.note("settle %s %+v -> %+v", claim, o, res)

@@ -56,15 +56,17 @@ var _ coordinator.Coordinator = (*Coordinator)(nil)
 
 // op runs f on the scope's breaker under the lock, with the time read once,
 // and publishes the transitions it makes. Every operation but Snapshot
-// writes: it gives birth to a scope that is not born (rule 4 of the
-// contract, [coordinator.NextGeneration]) and ends an isolation whose time
-// has passed, before f runs. That lapse is reported by the operation unless
-// f reports a transition of its own (see breaker.report).
-func (c *Coordinator) op(ctx context.Context, name, scope string, p coordinator.Policy, f func(b *breaker, r *rules, now int64) *coordinator.Transition) error {
+// writes: it gives birth to a scope that is not born, or whose generation
+// lies below seen, what the caller has seen of it (rule 4 of the contract,
+// [coordinator.NextGeneration], [coordinator.WithSeen]), and ends an
+// isolation whose time has passed, before f runs. That lapse is reported
+// by the operation unless f reports a transition of its own (see
+// breaker.report).
+func (c *Coordinator) op(ctx context.Context, name, scope string, p coordinator.Policy, seen uint64, f func(b *breaker, r *rules, now int64) *coordinator.Transition) error {
 	return c.locked(ctx, name, scope, p, func(r *rules, now int64) {
 		b := c.scopes[scope]
-		if b == nil || b.expired(now) {
-			b = born(scope, b, r, now)
+		if b == nil || b.expired(now) || b.gen < seen {
+			b = born(scope, b, seen, r, now)
 			c.scopes[scope] = b
 		}
 		if b.lapsed = b.lapse(r, now); b.lapsed != nil {
@@ -119,7 +121,7 @@ func (c *Coordinator) sweep(now int64) {
 // Admit implements [coordinator.Coordinator].
 func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
 	var d coordinator.Decision
-	err := c.op(ctx, "admit", scope, p, func(b *breaker, r *rules, now int64) *coordinator.Transition {
+	err := c.op(ctx, "admit", scope, p, coordinator.Seen(ctx), func(b *breaker, r *rules, now int64) *coordinator.Transition {
 		d = b.admit(r, now, claim)
 		return d.Transition
 	})
@@ -130,7 +132,7 @@ func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Pol
 func (c *Coordinator) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
 	var res coordinator.Result
 	batch := coordinator.BatchID(ctx)
-	err := c.op(ctx, "record", scope, p, func(b *breaker, r *rules, now int64) *coordinator.Transition {
+	err := c.op(ctx, "record", scope, p, coordinator.Seen(ctx, outcomes...), func(b *breaker, r *rules, now int64) *coordinator.Transition {
 		res = b.record(r, now, batch, outcomes)
 		return res.Transition
 	})
@@ -140,7 +142,7 @@ func (c *Coordinator) Record(ctx context.Context, scope string, p coordinator.Po
 // Settle implements [coordinator.Coordinator].
 func (c *Coordinator) Settle(ctx context.Context, scope string, p coordinator.Policy, claim string, o coordinator.Outcome) (coordinator.Result, error) {
 	var res coordinator.Result
-	err := c.op(ctx, "settle", scope, p, func(b *breaker, r *rules, now int64) *coordinator.Transition {
+	err := c.op(ctx, "settle", scope, p, coordinator.Seen(ctx, o), func(b *breaker, r *rules, now int64) *coordinator.Transition {
 		res = b.settle(r, now, claim, o)
 		return res.Transition
 	})

@@ -1,12 +1,12 @@
 -- admit.lua: Admit. Runs after lib.lua.
 --
 -- KEYS: state, window, probes, batches, transitions (see lib.lua)
--- ARGV: 1-5 see lib.lua; 6 probe slots, 7 probe lease ms, 8 claim
+-- ARGV: 1-6 see lib.lua; 7 probe slots, 8 probe lease ms, 9 claim
 -- Reply: see reply in lib.lua, then the verdict (0 allow, 1 probe,
 --   2 reject).
-local PROBES = tonumber(ARGV[6])
-local PROBE_LEASE = tonumber(ARGV[7])
-local CLAIM = ARGV[8]
+local PROBES = tonumber(ARGV[7])
+local PROBE_LEASE = tonumber(ARGV[8])
+local CLAIM = ARGV[9]
 
 local ALLOW, PROBE, REJECT = 0, 1, 2
 

@@ -50,10 +50,10 @@ func (c *Coordinator) control(ctx context.Context, op, scope string, p coordinat
 		return coordinator.Result{}, opError(op, scope, err)
 	}
 	if conn == nil {
-		return c.result(ctx, c.client, c.scripts.control, op, scope, p, args...)
+		return c.result(ctx, c.client, c.scripts.control, op, scope, p, coordinator.Seen(ctx), args...)
 	}
 	defer conn.Close()
-	res, err := c.result(ctx, conn, c.scripts.control, op, scope, p, args...)
+	res, err := c.result(ctx, conn, c.scripts.control, op, scope, p, coordinator.Seen(ctx), args...)
 	if err != nil {
 		cluster, ok := c.client.(*goredis.ClusterClient)
 		if _, moved := goredis.IsMovedError(err); ok && moved {

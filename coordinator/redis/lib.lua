@@ -11,8 +11,10 @@
 --   4 batches      list: the batch IDs Record counted last
 --   5 transitions  the scope's pub/sub channel (not a key)
 -- ARGV (every script): 1 now ms ('' = the server's TIME), 2 bucket width ms,
---   3 buckets. Scripts that write add 4 the readable scope and 5 the GC
---   margin ms; each script's own ARGV follow, from 6 on.
+--   3 buckets. Scripts that write add 4 the readable scope, 5 the GC
+--   margin ms and 6 the highest generation of the scope the caller has
+--   seen (decimal, 0 = none: coordinator.WithSeen); each script's own ARGV
+--   follow, from 7 on.
 --
 -- State hash fields: state (closed, open, half-open, isolated, disabled),
 -- generation, opened_at (when it last opened or was isolated), open_for
@@ -33,6 +35,7 @@ local WIDTH = tonumber(ARGV[2])
 local BUCKETS = tonumber(ARGV[3])
 local SCOPE = ARGV[4]
 local GC_MARGIN = tonumber(ARGV[5])
+local SEEN = tonumber(ARGV[6])
 
 local CLOSED, OPEN, HALF_OPEN, ISOLATED, DISABLED = 'closed', 'open', 'half-open', 'isolated', 'disabled'
 -- coordinator.State, as replies and the feed carry it
@@ -184,14 +187,17 @@ local lapsed = false
 -- begin reads the scope for a script that writes. A scope that is not
 -- born is born; its floor is the generation of its expired state or, when
 -- the state hash is lost, the label of the surviving window (0 if none).
--- An isolation whose time has passed ends (lazily, like an open period).
+-- So is a scope whose generation lies below the one the caller has seen:
+-- its state was lost (rolled back by a failover), and its floor is what
+-- the caller saw. An isolation whose time has passed ends (lazily, like an
+-- open period).
 local function begin()
   local s = stored()
-  if not born(s) then
+  if not born(s) or s.generation < SEEN then
     if s then
-      return birth(s.generation)
+      return birth(math.max(s.generation, SEEN))
     end
-    return birth(tonumber(redis.call('HGET', KEY_WINDOW, 'generation') or 0))
+    return birth(math.max(tonumber(redis.call('HGET', KEY_WINDOW, 'generation') or 0), SEEN))
   end
   if isolation_over(s) then
     close(s)

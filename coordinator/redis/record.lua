@@ -1,20 +1,20 @@
 -- record.lua: Record. Runs after lib.lua.
 --
 -- KEYS: state, window, probes, batches, transitions (see lib.lua)
--- ARGV: 1-5 see lib.lua; 6 min calls, 7 failure permille (0 = off),
---   8 slow permille (0 = off), 9 consecutive failures (0 = off),
---   10 open for ms, 11 batch ID ('' = none), 12 how many batch IDs to
---   remember, then from 13 on two values per outcome: its generation
+-- ARGV: 1-6 see lib.lua; 7 min calls, 8 failure permille (0 = off),
+--   9 slow permille (0 = off), 10 consecutive failures (0 = off),
+--   11 open for ms, 12 batch ID ('' = none), 13 how many batch IDs to
+--   remember, then from 14 on two values per outcome: its generation
 --   (decimal) and flags (1 = failure, 2 = slow, 3 = both)
 -- Reply: see reply in lib.lua, then the number of stale outcomes.
-local MIN_CALLS = tonumber(ARGV[6])
-local FAILURE_PERMILLE = tonumber(ARGV[7])
-local SLOW_PERMILLE = tonumber(ARGV[8])
-local CONSECUTIVE_FAILURES = tonumber(ARGV[9])
-local OPEN_FOR = tonumber(ARGV[10])
-local BATCH = ARGV[11]
-local RECENT_BATCHES = tonumber(ARGV[12])
-local OUTCOMES = 13 -- the first outcome's ARGV
+local MIN_CALLS = tonumber(ARGV[7])
+local FAILURE_PERMILLE = tonumber(ARGV[8])
+local SLOW_PERMILLE = tonumber(ARGV[9])
+local CONSECUTIVE_FAILURES = tonumber(ARGV[10])
+local OPEN_FOR = tonumber(ARGV[11])
+local BATCH = ARGV[12]
+local RECENT_BATCHES = tonumber(ARGV[13])
+local OUTCOMES = 14 -- the first outcome's ARGV
 
 local s = begin()
 -- Disabled counts outcomes, for people to see, and never trips. A newborn

@@ -135,11 +135,26 @@ func New(client goredis.UniversalClient, opts ...Option) *Coordinator {
 	return c
 }
 
+// access says how a script uses a scope: whether it writes and, if it
+// does, the highest generation of the scope its caller has seen
+// ([coordinator.Seen]).
+type access struct {
+	write bool
+	seen  uint64
+}
+
+// reads is the access of a script that only reads.
+var reads = access{}
+
+// writes is the access of a script that writes for a caller that has seen
+// generation seen.
+func writes(seen uint64) access { return access{write: true, seen: seen} }
+
 // call runs one script for op on scope, on rdb, and reads the part of its
 // reply that every script shares (reply in lib.lua). The first ARGV are
-// the ones every script reads; scripts that write also get the scope and
-// the GC margin.
-func (c *Coordinator) call(ctx context.Context, rdb goredis.Scripter, s *goredis.Script, op, scope string, p coordinator.Policy, write bool, args ...any) (answer, error) {
+// the ones every script reads; scripts that write also get the scope, the
+// GC margin and the generation seen.
+func (c *Coordinator) call(ctx context.Context, rdb goredis.Scripter, s *goredis.Script, op, scope string, p coordinator.Policy, use access, args ...any) (answer, error) {
 	if err := p.Validate(); err != nil {
 		return answer{}, opError(op, scope, err)
 	}
@@ -148,10 +163,10 @@ func (c *Coordinator) call(ctx context.Context, rdb goredis.Scripter, s *goredis
 		now = strconv.FormatInt(c.clock().UnixMilli(), 10)
 		margin = testClockGCMargin
 	}
-	argv := make([]any, 0, 5+len(args))
+	argv := make([]any, 0, 6+len(args))
 	argv = append(argv, now, p.BucketWidth().Milliseconds(), p.Buckets)
-	if write {
-		argv = append(argv, scope, margin.Milliseconds())
+	if use.write {
+		argv = append(argv, scope, margin.Milliseconds(), strconv.FormatUint(use.seen, 10))
 	}
 	argv = append(argv, args...)
 	k := scopeKeys(c.prefix, scope)
@@ -199,7 +214,7 @@ func abbreviate(scope string) string {
 
 // Admit implements [coordinator.Coordinator].
 func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
-	a, err := c.call(ctx, c.client, c.scripts.admit, "admit", scope, p, true,
+	a, err := c.call(ctx, c.client, c.scripts.admit, "admit", scope, p, writes(coordinator.Seen(ctx)),
 		p.Probes, p.ProbeLease.Milliseconds(), claim)
 	if err != nil {
 		return coordinator.Decision{}, err
@@ -234,7 +249,7 @@ func (c *Coordinator) Record(ctx context.Context, scope string, p coordinator.Po
 		}
 		args = append(args, strconv.FormatUint(o.Generation, 10), flags)
 	}
-	return c.result(ctx, c.client, c.scripts.record, "record", scope, p, args...)
+	return c.result(ctx, c.client, c.scripts.record, "record", scope, p, coordinator.Seen(ctx, outcomes...), args...)
 }
 
 // Settle implements [coordinator.Coordinator].
@@ -244,15 +259,16 @@ func (c *Coordinator) Settle(ctx context.Context, scope string, p coordinator.Po
 	if o.Failure || p.IsSlow(o.Duration) {
 		failed = 1
 	}
-	return c.result(ctx, c.client, c.scripts.settle, "settle", scope, p,
+	return c.result(ctx, c.client, c.scripts.settle, "settle", scope, p, coordinator.Seen(ctx, o),
 		claim, strconv.FormatUint(o.Generation, 10), failed,
 		p.OpenFor.Milliseconds(), p.MaxOpenFor.Milliseconds(), p.ProbeSuccesses)
 }
 
-// result runs a script on rdb that replies with a [coordinator.Result]:
-// the shared part, then the number of stale outcomes.
-func (c *Coordinator) result(ctx context.Context, rdb goredis.Scripter, s *goredis.Script, op, scope string, p coordinator.Policy, args ...any) (coordinator.Result, error) {
-	a, err := c.call(ctx, rdb, s, op, scope, p, true, args...)
+// result runs a script that writes on rdb, for a caller that has seen
+// generation seen, that replies with a [coordinator.Result]: the shared
+// part, then the number of stale outcomes.
+func (c *Coordinator) result(ctx context.Context, rdb goredis.Scripter, s *goredis.Script, op, scope string, p coordinator.Policy, seen uint64, args ...any) (coordinator.Result, error) {
+	a, err := c.call(ctx, rdb, s, op, scope, p, writes(seen), args...)
 	if err != nil {
 		return coordinator.Result{}, err
 	}
@@ -274,7 +290,7 @@ func (c *Coordinator) result(ctx context.Context, rdb goredis.Scripter, s *gored
 // reads (with EVALSHA rather than EVALSHA_RO, which Redis 6 lacks): a scope
 // that is not born reads as such, generation 0.
 func (c *Coordinator) Snapshot(ctx context.Context, scope string, p coordinator.Policy) (coordinator.Snapshot, error) {
-	a, err := c.call(ctx, c.client, c.scripts.snapshot, "snapshot", scope, p, false)
+	a, err := c.call(ctx, c.client, c.scripts.snapshot, "snapshot", scope, p, reads)
 	if err != nil {
 		return coordinator.Snapshot{}, err
 	}

@@ -1,16 +1,16 @@
 -- settle.lua: Settle. Runs after lib.lua.
 --
 -- KEYS: state, window, probes, batches, transitions (see lib.lua)
--- ARGV: 1-5 see lib.lua; 6 claim, 7 the probe's generation (decimal),
---   8 1 if the probe failed (an error or too slow) else 0, 9 open for ms,
---   10 max open for ms (0 = no back-off), 11 probe successes needed
+-- ARGV: 1-6 see lib.lua; 7 claim, 8 the probe's generation (decimal),
+--   9 1 if the probe failed (an error or too slow) else 0, 10 open for ms,
+--   11 max open for ms (0 = no back-off), 12 probe successes needed
 -- Reply: see reply in lib.lua, then the number of stale settlements.
-local CLAIM = ARGV[6]
-local PROBE_GENERATION = ARGV[7]
-local FAILED = ARGV[8] == '1'
-local OPEN_FOR = tonumber(ARGV[9])
-local MAX_OPEN_FOR = tonumber(ARGV[10])
-local PROBE_SUCCESSES = tonumber(ARGV[11])
+local CLAIM = ARGV[7]
+local PROBE_GENERATION = ARGV[8]
+local FAILED = ARGV[9] == '1'
+local OPEN_FOR = tonumber(ARGV[10])
+local MAX_OPEN_FOR = tonumber(ARGV[11])
+local PROBE_SUCCESSES = tonumber(ARGV[12])
 
 local s = begin()
 -- Physical state: an open breaker whose period ended has no leases yet,

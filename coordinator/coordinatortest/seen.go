@@ -1,0 +1,122 @@
+package coordinatortest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// Rule 4, lost state (coordinator.WithSeen): a write from a caller that
+// has seen a generation above the stored one proves that the coordinator
+// lost state it had acknowledged (a failover that rolled its data back).
+// The scope is born again above what the caller saw: nothing stored
+// survives, nothing minted before is handed out again, and outcomes of the
+// lost generations are stale. These tests make a caller claim a generation
+// the coordinator never minted, which is what a rolled-back store looks
+// like from outside.
+
+// testSeenAboveStoredGivesBirth: a closed scope with outcomes counted, and
+// an admission from a caller that saw a later generation.
+func testSeenAboveStoredGivesBirth(t *testing.T, f Factory) {
+	h := newHarness(t, f, basePolicy())
+	gen := h.closedGen()
+	h.record(fail(gen), ok(gen))
+	seen := gen + 5
+	h.advance(3 * time.Millisecond)
+	d := h.admitCtx(coordinator.WithSeen(t.Context(), seen), "after a rollback")
+	h.wantDecision("admitted by a caller that saw a later generation", d, allow, closed, h.next(seen))
+	h.wantNoTransition("a birth", d.Transition)
+	if s := h.wantState("born again", closed, h.next(seen)); s.Calls != 0 || s.Failures != 0 || s.ConsecutiveFailures != 0 {
+		t.Errorf("snapshot %+v; want nothing counted after the birth", s)
+	}
+	res := h.record(fail(gen), fail(gen), fail(gen), fail(gen))
+	h.wantResult("outcomes of the generation before the loss", res, closed, d.Generation, 4)
+}
+
+// testSeenAboveOpenStateGivesBirth: the store rolled back to an open
+// period older than what the caller saw; what came after it is lost, and
+// lost state reads as not born: the scope is born closed.
+func testSeenAboveOpenStateGivesBirth(t *testing.T, f Factory) {
+	h := newHarness(t, f, basePolicy())
+	gen := h.trip()
+	h.wantRejected("open", h.admit("before"), open, gen, h.p.OpenFor)
+	d := h.admitCtx(coordinator.WithSeen(t.Context(), gen+2), "after a rollback")
+	h.wantDecision("admitted by a caller that saw a later generation", d, allow, closed, h.next(gen+2))
+	if s := h.snapshot(); s.OpenUntil != (time.Time{}) || s.OpenedAt != (time.Time{}) {
+		t.Errorf("snapshot %+v; want no open period after the birth", s)
+	}
+}
+
+// testOutcomeAboveStoredGivesBirthAndIsStale: outcomes carry the
+// generation they were admitted under, which the coordinator minted; one
+// above the stored generation is proof of a loss, without WithSeen.
+func testOutcomeAboveStoredGivesBirthAndIsStale(t *testing.T, f Factory) {
+	h := newHarness(t, f, basePolicy())
+	gen := h.closedGen()
+	h.record(ok(gen))
+	res := h.record(fail(gen+1), fail(gen+1), fail(gen+1), fail(gen+1))
+	h.wantResult("outcomes of a generation the coordinator lost", res, closed, h.next(gen+1), 4)
+	h.wantNoTransition("outcomes of a generation the coordinator lost", res.Transition)
+	if s := h.snapshot(); s.Calls != 0 {
+		t.Errorf("snapshot %+v; want nothing counted", s)
+	}
+}
+
+// testProbeAboveStoredGivesBirthAndIsStale: a probe settled with a
+// generation above the half-open one; the half-open period and its leases
+// are lost with the rest.
+func testProbeAboveStoredGivesBirthAndIsStale(t *testing.T, f Factory) {
+	h := newHarness(t, f, basePolicy())
+	gen := h.halfOpen("a")
+	res := h.settle("a", ok(gen+1))
+	h.wantResult("probe of a generation the coordinator lost", res, closed, h.next(gen+1), 1)
+	h.wantNoTransition("probe of a generation the coordinator lost", res.Transition)
+	if s := h.snapshot(); s.ProbesInFlight != 0 || s.ProbeSuccesses != 0 {
+		t.Errorf("snapshot %+v; want no probe left after the birth", s)
+	}
+}
+
+// testSeenOnNotBornScope: a scope forgotten after a window (or never
+// used) is born above both its floor and what the caller saw; so is a
+// command of an operator.
+func testSeenOnNotBornScope(t *testing.T, f Factory) {
+	h := newHarness(t, f, basePolicy())
+	gen := h.closedGen()
+	h.forget(h.now())
+	h.wantNotBorn("a window later")
+	seen := h.next(gen) + 7 // above what a birth at this time would mint
+	d := h.admitCtx(coordinator.WithSeen(t.Context(), seen), "a")
+	h.wantDecision("born by a caller that saw a later generation", d, allow, closed, h.next(seen))
+
+	if _, ok := h.c.(coordinator.Controller); !ok {
+		return
+	}
+	h = h.on("seen-then-isolated")
+	seen = h.next(0) + 3
+	ctx := coordinator.WithSeen(t.Context(), seen)
+	res, err := h.controller().Isolate(ctx, h.scope, h.p, coordinator.Note{By: "alice", Reason: "rolled back"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != isolated || res.Generation <= seen {
+		t.Errorf("isolating a scope never written, by a caller that saw generation %d: %+v; want isolated above it", seen, res)
+	}
+}
+
+// testSeenAtOrBelowStoredChangesNothing: the generation the caller saw, or
+// an older one, is no news; nor is 0, and looking never gives birth.
+func testSeenAtOrBelowStoredChangesNothing(t *testing.T, f Factory) {
+	h := newHarness(t, f, basePolicy())
+	gen := h.closedGen()
+	h.record(fail(gen))
+	for _, seen := range []uint64{0, gen - 1, gen} {
+		d := h.admitCtx(coordinator.WithSeen(t.Context(), seen), "same")
+		h.wantDecision("seen at or below the stored generation", d, allow, closed, gen)
+	}
+	if s := h.wantState("unchanged", closed, gen); s.Failures != 1 {
+		t.Errorf("snapshot %+v; want the failure still counted", s)
+	}
+	tripped := h.trip()
+	h.wantRejected("open, seen the closed generation", h.admitCtx(coordinator.WithSeen(t.Context(), gen), "x"), open, tripped, h.p.OpenFor)
+}
