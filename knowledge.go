@@ -143,23 +143,24 @@ func (k *knowledge) notClosed(scope string) (fact, bool) {
 
 // begin is called before a coordinator call about scope. It returns the
 // feed connection that already follows scope (0 if none), to go with the
-// answer to learn; and it asks the feed to follow scope if it does not and
-// the scope is in use (a Record of a scope forgotten meanwhile brings it
-// back to no feed).
-func (k *knowledge) begin(scope string) uint64 {
-	if k.maxAge == 0 {
-		return 0
-	}
+// answer to learn, and the generation the table holds for scope (0 if
+// none), which the coordinator must not be behind (coordinator.WithSeen).
+// It asks the feed to follow scope if it does not and the scope is in use
+// (a Record of a scope forgotten meanwhile brings it back to no feed).
+func (k *knowledge) begin(scope string) (epoch, seen uint64) {
 	live := k.live.Load()
 	k.mu.RLock()
 	e := k.scopes[scope]
+	if e != nil {
+		seen = e.gen
+	}
 	followed := e != nil && live != 0 && e.followed == live
 	k.mu.RUnlock()
 	if followed {
-		return live
+		return live, seen
 	}
-	if e == nil {
-		return 0
+	if e == nil || k.maxAge == 0 {
+		return 0, seen
 	}
 	k.mu.Lock()
 	if _, queued := k.follow[scope]; !queued && k.scopes[scope] != nil {
@@ -167,7 +168,7 @@ func (k *knowledge) begin(scope string) uint64 {
 		k.signal()
 	}
 	k.mu.Unlock()
-	return 0
+	return 0, seen
 }
 
 func (k *knowledge) signal() {

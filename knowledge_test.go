@@ -81,7 +81,7 @@ func TestKnowledgeTrustsOnlyTheLiveFeed(t *testing.T) {
 	k := newKnowledge(time.Second, time.Minute)
 	now := time.Now()
 	k.use("s", now)
-	if epoch := k.begin("s"); epoch != 0 {
+	if epoch, _ := k.begin("s"); epoch != 0 {
 		t.Fatalf("begin before any feed: epoch %d; want 0", epoch)
 	}
 	follow, _ := k.work(1)
@@ -89,7 +89,7 @@ func TestKnowledgeTrustsOnlyTheLiveFeed(t *testing.T) {
 		t.Fatalf("feed work %v; want to follow s", follow)
 	}
 	k.connected(1, follow)
-	epoch := k.begin("s")
+	epoch, _ := k.begin("s")
 	if epoch != 1 {
 		t.Fatalf("begin once followed: epoch %d; want 1", epoch)
 	}

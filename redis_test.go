@@ -246,3 +246,101 @@ func waitGroupDone(wg *sync.WaitGroup) <-chan struct{} {
 	go func() { wg.Wait(); close(c) }()
 	return c
 }
+
+// TestRedisRolledBackStartsAboveWhatTheBreakerSaw: Redis loses a trip it
+// acknowledged (a failover to a replica the trip had not reached, played
+// here by restoring the keys as they were before it). The Breaker tells
+// the coordinator the generation it holds, so the coordinator starts the
+// scope above it rather than hand out the rolled-back generation again,
+// and the Breaker's table, which never lets an older generation override
+// a newer one, takes the new answer and answers admissions again.
+func TestRedisRolledBackStartsAboveWhatTheBreakerSaw(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	p := tripPolicy()
+	p.OpenFor = 200 * time.Millisecond
+	c := cbredis.New(rdb)
+	b := newBreaker(t, c, WithPolicy(p), WithRecordInterval(time.Millisecond))
+	svc := &service{}
+	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, svc), b))
+	ctx := context.Background()
+
+	if _, err := client.EmptyCall(ctx, &testpb.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	scopes := b.known.all()
+	if len(scopes) != 1 {
+		t.Fatalf("scopes in the table: %q; want one", scopes)
+	}
+	scope := scopes[0]
+	before := snapshotOf(t, c, scope, p)
+	saved := dumpAll(t, rdb)
+
+	svc.setErr(status.Error(codes.Unavailable, "down"))
+	eventually(t, "the breaker to open", func() bool {
+		_, err := client.EmptyCall(ctx, &testpb.Empty{})
+		return errors.Is(err, ErrOpen)
+	})
+	tripped := snapshotOf(t, c, scope, p)
+	svc.setErr(nil)
+
+	restoreAll(t, rdb, saved)
+	if s := snapshotOf(t, c, scope, p); s.State != coordinator.StateClosed || s.Generation != before.Generation {
+		t.Fatalf("after the rollback: %v in generation %d; want closed in %d, as before the trip", s.State, s.Generation, before.Generation)
+	}
+	eventually(t, "calls to go through again", func() bool {
+		_, err := client.EmptyCall(ctx, &testpb.Empty{})
+		return err == nil
+	})
+	after := snapshotOf(t, c, scope, p)
+	known := b.known.use(scope, time.Now())
+	t.Logf("generations: %d before the trip, %d tripped (lost), %d after the rollback; the table holds %v in %d",
+		before.Generation, tripped.Generation, after.Generation, known.state, known.gen)
+	if after.State != coordinator.StateClosed || after.Generation <= tripped.Generation {
+		t.Errorf("after the rollback the coordinator hands out %v generation %d; want closed above the lost %d", after.State, after.Generation, tripped.Generation)
+	}
+	if known.state != coordinator.StateClosed || known.gen != after.Generation {
+		t.Errorf("the table holds %v in generation %d; want closed in %d, what the coordinator says", known.state, known.gen, after.Generation)
+	}
+}
+
+func snapshotOf(t *testing.T, c coordinator.Coordinator, scope string, p coordinator.Policy) coordinator.Snapshot {
+	t.Helper()
+	s, err := c.Snapshot(context.Background(), scope, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// dumpAll saves every key of rdb's database, for restoreAll.
+func dumpAll(t *testing.T, rdb *goredis.Client) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("KEYS *: %q, %v; want the scope's keys", keys, err)
+	}
+	saved := make(map[string]string, len(keys))
+	for _, k := range keys {
+		if saved[k], err = rdb.Dump(ctx, k).Result(); err != nil {
+			t.Fatalf("DUMP %s: %v", k, err)
+		}
+	}
+	return saved
+}
+
+// restoreAll brings rdb's database back to what dumpAll saved, as a
+// failover to a replica that had not received the writes since would.
+func restoreAll(t *testing.T, rdb *goredis.Client, saved map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range saved {
+		if err := rdb.Restore(ctx, k, 0, v).Err(); err != nil {
+			t.Fatalf("RESTORE %s: %v", k, err)
+		}
+	}
+}

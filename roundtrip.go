@@ -61,12 +61,18 @@ type trip struct {
 // of the coordinator turned into an error, retried once on a transport
 // error (every operation is safe to repeat: the same claim, the same batch
 // ID), timed and counted, and its answer learned by the table and its
-// transition traced. ctx is the caller's: when it ends first, the caller
-// gave up and the coordinator is not to blame.
+// transition traced. It tells the coordinator the generation the table
+// holds, so that one that lost state (a failover that rolled it back)
+// starts above it rather than hand out what came before again. ctx is the
+// caller's: when it ends first, the caller gave up and the coordinator is
+// not to blame.
 func (b *Breaker) roundTrip(ctx context.Context, t trip, f func(context.Context) (answer, error)) (answer, error) {
-	epoch := b.known.begin(t.scope)
+	epoch, seen := b.known.begin(t.scope)
 	cctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
+	if seen != 0 {
+		cctx = coordinator.WithSeen(cctx, seen)
+	}
 	start := time.Now()
 	a, err := attempt(cctx, t.wg, f)
 	if err != nil && retryable(cctx, err) {
