@@ -9,7 +9,9 @@ import (
 )
 
 // feedRetry is how long the feed waits before opening a new connection
-// after one failed; meanwhile every admission asks the coordinator.
+// after one that failed to open or lived less than this; meanwhile every
+// admission asks the coordinator. A connection that lived longer is
+// replaced at once: a failover ends it, and the new master is there.
 const feedRetry = time.Second
 
 // feed keeps a connection to the coordinator's transition feed open while
@@ -24,16 +26,29 @@ type feed struct {
 	lost func(error) // a connection could not be opened, or broke
 	// epochs numbers the connections, from 1; only run touches it.
 	epochs uint64
+	// closing counts the connections being closed: closing one may wait
+	// for a coordinator that stopped answering, and the next need not.
+	closing sync.WaitGroup
 }
 
-// run keeps connections going until ctx ends.
+// run keeps connections going until ctx ends, and returns once every
+// connection is closed.
 func (f *feed) run(ctx context.Context) {
+	defer f.closing.Wait()
 	for {
+		start := time.Now()
 		f.serve(ctx)
+		wait := feedRetry - time.Since(start)
+		if ctx.Err() != nil {
+			return
+		}
+		if wait <= 0 {
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(feedRetry):
+		case <-time.After(wait):
 		}
 	}
 }
@@ -47,7 +62,13 @@ func (f *feed) serve(ctx context.Context) {
 		}
 		return
 	}
-	defer watch.Close()
+	f.closing.Add(1)
+	defer func() {
+		go func() {
+			defer f.closing.Done()
+			watch.Close()
+		}()
+	}()
 	f.epochs++
 	epoch := f.epochs
 	if scopes := f.k.all(); len(scopes) > 0 {
