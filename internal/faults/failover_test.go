@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/cbgrpc/cbgrpc"
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
 	"github.com/cbgrpc/cbgrpc/internal/cbfleet"
 	"github.com/cbgrpc/cbgrpc/internal/fleettest"
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
@@ -215,4 +217,101 @@ func TestSentinelFailoverLosesTheTrip(t *testing.T) {
 	if bound := cbgrpc.DefaultCoordinatorTimeout + slack; worst > bound {
 		t.Errorf("slowest call took %v; want at most %v", worst, bound)
 	}
+}
+
+// TestSentinelIsolationSurvivesFailover is failover scenario 3: an
+// operator isolates a scope the fleet calls (UnaryCall, healthy). With a
+// replica that acknowledged the command, the isolation survives a
+// failover: every replica rejects the scope throughout and no call of it
+// reaches the dependency. With replication cut, the command says that no
+// replica confirmed it, and a failover then loses it, as it said it might:
+// never a silent success that is later lost.
+func TestSentinelIsolationSurvivesFailover(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	rdb := s.FailoverClient(t)
+	ops := cbredis.New(rdb)
+	p := fleetPolicy(20)
+	fleet, srv := failoverFleet(t, cbfleet.Config{Sentinel: s.SentinelAddrs(), Master: s.MasterName()})
+	unary := scope(srv.Addr(), cbfleet.UnaryCall)
+	fleet.WaitAll(t, "UnaryCall going through", settle, func(r cbfleet.Report) bool { return method(r, cbfleet.UnaryCall).OK >= 20 })
+	ctx := context.Background()
+
+	// Confirmed: the replica acknowledged the isolation before the failover.
+	note := coordinator.Note{By: "ops", Reason: "scenario 3: confirmed"}
+	isolatedAt := time.Now()
+	res, err := ops.Isolate(ctx, unary, p, note)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != coordinator.StateIsolated || res.Replicas.Wanted < 1 || res.Replicas.Confirmed < res.Replicas.Wanted {
+		t.Fatalf("Isolate with the replica following: %+v; want isolated, confirmed by every replica waited for", res)
+	}
+	fleet.WaitAll(t, "every replica rejecting UnaryCall", settle, fleettest.Rejecting(cbfleet.UnaryCall, 20))
+	propagated := time.Since(isolatedAt)
+	reached := unaryCalls(srv, isolatedAt.Add(propagated))
+	losses := make([]int64, len(fleet))
+	for i, r := range fleet {
+		losses[i] = r.Last().FeedLosses
+	}
+	start := time.Now()
+	s.Failover(t)
+	done := time.Now()
+	var detected []time.Duration
+	for i, r := range fleet {
+		rep := r.WaitFor(t, "its feed reported lost", done.Sub(start)+feedLostWithin, func(rep cbfleet.Report) bool { return rep.FeedLosses > losses[i] })
+		detected = append(detected, time.UnixMilli(rep.At).Sub(done))
+	}
+	fleet.WaitAll(t, "UnaryCall still rejected after the failover", settle, func(r cbfleet.Report) bool {
+		return method(r, cbfleet.UnaryCall).Streak >= 20 && time.UnixMilli(r.At).After(done)
+	})
+	kept := snapshot(t, rdb, unary, p)
+	leaked := unaryCalls(srv, isolatedAt.Add(propagated)) - reached
+	reps := fleet.Phase("cut")
+	worst := time.Duration(maxOf(reps, func(r cbfleet.Report) int64 { return r.MaxUS })) * time.Microsecond
+	t.Logf("confirmed isolation: %d of %d replicas confirmed; every replica rejecting within %v of the command (reports every 100ms); failover took %v, feed reported lost %v after it; after it: %v in generation %d (isolated in %d), note %+v; %d UnaryCalls reached the dependency meanwhile; slowest call %v",
+		res.Replicas.Confirmed, res.Replicas.Wanted, propagated.Round(time.Millisecond), done.Sub(start).Round(time.Millisecond), detected,
+		kept.State, kept.Generation, res.Generation, kept.Operator, leaked, worst)
+	if kept.State != coordinator.StateIsolated || kept.Generation != res.Generation || kept.Operator != note {
+		t.Errorf("after the failover: %v in generation %d, note %+v; want isolated in %d by %+v", kept.State, kept.Generation, kept.Operator, res.Generation, note)
+	}
+	if leaked != 0 {
+		t.Errorf("%d UnaryCalls reached the dependency while it was isolated; want 0", leaked)
+	}
+	if bound := cbgrpc.DefaultCoordinatorTimeout + slack; worst > bound {
+		t.Errorf("slowest call took %v; want at most %v", worst, bound)
+	}
+
+	// Not confirmed: replication is cut; the command says so, and the
+	// failover loses it.
+	if _, err := ops.Release(ctx, unary, p, coordinator.Note{By: "ops", Reason: "scenario 3: next part"}); err != nil {
+		t.Fatal(err)
+	}
+	s.CutReplication(t)
+	empty := scope(srv.Addr(), cbfleet.EmptyCall)
+	res, err = ops.Isolate(ctx, empty, p, coordinator.Note{By: "ops", Reason: "scenario 3: not confirmed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("isolation with replication cut: %v in generation %d, %d of %d replicas confirmed", res.State, res.Generation, res.Replicas.Confirmed, res.Replicas.Wanted)
+	if res.State != coordinator.StateIsolated || res.Replicas.Wanted < 1 || res.Replicas.Confirmed != 0 {
+		t.Fatalf("Isolate with replication cut: %+v; want isolated on the master, confirmed by none of the replicas waited for", res)
+	}
+	s.LossyFailover(t)
+	lost := snapshot(t, rdb, empty, p)
+	t.Logf("after the lossy failover: %v in generation %d", lost.State, lost.Generation)
+	if lost.State == coordinator.StateIsolated && lost.Generation == res.Generation {
+		t.Errorf("the unconfirmed isolation survived a failover to a replica cut off before it: %+v", lost)
+	}
+	fleet.Quit(quitTimeout)
+}
+
+// unaryCalls counts the UnaryCalls that reached srv after since.
+func unaryCalls(srv *fleettest.Server, since time.Time) int {
+	n := 0
+	for _, c := range srv.Calls() {
+		if c.Method == cbfleet.UnaryCall && c.At.After(since) {
+			n++
+		}
+	}
+	return n
 }
