@@ -21,7 +21,8 @@
 -- (the current open period), open_until (end of the open period or of an
 -- isolation; 0 = none, or isolated until released), consecutive_failures,
 -- probe_successes, expires_at (closed: when every bucket its generation can
--- write has left the window), scope (the readable scope, for operators),
+-- write has left the window), gc_until (closed: the keys' lifetime ends a
+-- GC margin after it; 0 otherwise), scope (the readable scope, for operators),
 -- and while isolated or disabled the operator's note: note_by, note_reason,
 -- note_for (ms), noted_at. Times are Unix ms of the coordinator's clock.
 --
@@ -80,7 +81,7 @@ end
 -- stored reads the state hash; false when there is none.
 local function stored()
   local v = redis.call('HMGET', KEY_STATE, 'state', 'generation', 'opened_at', 'open_for',
-    'open_until', 'consecutive_failures', 'probe_successes', 'expires_at')
+    'open_until', 'consecutive_failures', 'probe_successes', 'expires_at', 'gc_until')
   if not v[1] then
     return false
   end
@@ -89,7 +90,7 @@ local function stored()
   end
   return {state = v[1], generation = tonumber(v[2]), opened_at = tonumber(v[3]),
     open_for = tonumber(v[4]), open_until = tonumber(v[5]), consecutive_failures = tonumber(v[6]),
-    probe_successes = tonumber(v[7]), expires_at = tonumber(v[8])}
+    probe_successes = tonumber(v[7]), expires_at = tonumber(v[8]), gc_until = tonumber(v[9] or 0)}
 end
 
 -- born: the state is there, and not closed past keeping.
@@ -104,23 +105,37 @@ end
 
 -- save writes the whole state and gives the keys their lifetime. relabel
 -- starts the window afresh, labelled with the generation.
+--
+-- Closed state is kept until expires_at, and its keys' lifetime is garbage
+-- collection only: decisions compare expires_at with now. So the lifetime
+-- is set a window beyond expires_at (gc_until), and set again only once
+-- expires_at has caught up with it, or when a key may lack it (a new
+-- window, a new batch list, s.gc_until false): once a window, not on every
+-- Record. State, window and batch IDs expire together.
 local function save(s, relabel)
+  local lifetime = false
+  if s.state == CLOSED then
+    if relabel or not s.gc_until or s.gc_until < s.expires_at then
+      s.gc_until = s.expires_at + WIDTH * BUCKETS
+      lifetime = true
+    end
+  else
+    s.gc_until = 0
+  end
   redis.call('HSET', KEY_STATE, 'state', s.state, 'generation', int(s.generation),
     'opened_at', int(s.opened_at), 'open_for', int(s.open_for), 'open_until', int(s.open_until),
     'consecutive_failures', int(s.consecutive_failures), 'probe_successes', int(s.probe_successes),
-    'expires_at', int(s.expires_at))
+    'expires_at', int(s.expires_at), 'gc_until', int(s.gc_until))
   if relabel then
     redis.call('DEL', KEY_WINDOW)
     redis.call('HSET', KEY_WINDOW, 'generation', int(s.generation))
   end
-  if s.state == CLOSED then
-    -- Garbage collection only: decisions compare expires_at with now.
-    -- State, window and batch IDs expire together.
-    local ms = int(s.expires_at - NOW + GC_MARGIN)
+  if lifetime then
+    local ms = int(s.gc_until - NOW + GC_MARGIN)
     redis.call('PEXPIRE', KEY_STATE, ms)
     redis.call('PEXPIRE', KEY_WINDOW, ms)
     redis.call('PEXPIRE', KEY_BATCHES, ms)
-  else
+  elseif s.state ~= CLOSED then
     -- Open, half-open and manual states never expire: losing them would
     -- admit everything, or undo an operator.
     redis.call('PERSIST', KEY_STATE)

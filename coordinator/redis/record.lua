@@ -95,8 +95,10 @@ if counted == 0 then
   return reply(s, false, nil, stale)
 end
 if BATCH ~= '' then
-  -- Before save, which gives the list the state's lifetime.
-  redis.call('RPUSH', KEY_BATCHES, BATCH)
+  -- Before save, which gives a new list the state's lifetime.
+  if redis.call('RPUSH', KEY_BATCHES, BATCH) == 1 then
+    s.gc_until = false
+  end
   redis.call('LTRIM', KEY_BATCHES, int(-RECENT_BATCHES), -1)
 end
 if not tr then
