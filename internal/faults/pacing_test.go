@@ -1,0 +1,90 @@
+package faults
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc"
+	"github.com/cbgrpc/cbgrpc/internal/cbfleet"
+	"github.com/cbgrpc/cbgrpc/internal/fleettest"
+	"github.com/cbgrpc/cbgrpc/internal/redistest"
+)
+
+// fastRecords is the record interval before successes waited up to the
+// library's default (cbgrpc.DefaultRecordInterval) to reach Redis.
+const fastRecords = 100 * time.Millisecond
+
+// TestRecordIntervalDetection proves that sending successes once a second
+// instead of ten times detects failures no later: failures go to Redis at
+// once, with the successes waiting, so the window is up to date at every
+// failure. Two scenarios, each run with both intervals on fresh processes:
+//   - the fleet trip: eight replicas, a dependency failing every call
+//     from the start (scenario 1's bound, MinCalls + replicas x (callers
+//     + 2), holds for both);
+//   - a slow onset: eight replicas call a healthy dependency for a while,
+//     then its failure rate climbs from 10% to 100% over 2 s; the fleet
+//     trips once failures reach half the window. The failing calls it
+//     absorbs meanwhile must be no more than with fast records, within
+//     25% (each run's timing varies).
+func TestRecordIntervalDetection(t *testing.T) {
+	const procs, callers, minCalls = 8, 2, 40
+	intervals := []time.Duration{fastRecords, cbgrpc.DefaultRecordInterval}
+	trip := map[time.Duration]int{}
+	onset := map[time.Duration]int{}
+	calls := map[time.Duration]int{}
+	for _, interval := range intervals {
+		t.Run(fmt.Sprintf("FleetTrip/interval=%v", interval), func(t *testing.T) {
+			srv := fleettest.NewServer(t)
+			srv.SetFailure("", 1)
+			fleet := fleettest.Start(t, bin, replicas(procs, cbfleet.Config{
+				Redis: redistest.Start(t).Addr(), Target: srv.Addr(), Concurrency: callers, Policy: fleetPolicy(minCalls),
+				RecordInterval: interval, NoAdmissionCache: true,
+			})...)
+			fleet.Send("run")
+			fleet.WaitAll(t, "every replica rejecting", settle, fleettest.Rejecting(cbfleet.EmptyCall, 20))
+			trip[interval] = srv.Counts().Failed
+			fleet.Quit(quitTimeout)
+			if bound := minCalls + procs*(callers+2); trip[interval] < minCalls || trip[interval] > bound {
+				t.Errorf("the dependency absorbed %d failing calls, want %d..%d", trip[interval], minCalls, bound)
+			}
+		})
+		t.Run(fmt.Sprintf("SlowOnset/interval=%v", interval), func(t *testing.T) {
+			srv := fleettest.NewServer(t)
+			fleet := fleettest.Start(t, bin, replicas(procs, cbfleet.Config{
+				Redis: redistest.Start(t).Addr(), Target: srv.Addr(), Concurrency: callers, Policy: fleetPolicy(minCalls),
+				RecordInterval: interval,
+			})...)
+			fleet.Send("run")
+			fleet.WaitAll(t, "calls", settle, func(r cbfleet.Report) bool { return r.OK >= 300 })
+			srv.Reset()
+			for rate := 0.1; ; rate += 0.045 {
+				srv.SetFailure("", min(rate, 1))
+				if rate >= 1 || every(fleet, fleettest.Rejecting(cbfleet.EmptyCall, 20)) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			fleet.WaitAll(t, "every replica rejecting", settle, fleettest.Rejecting(cbfleet.EmptyCall, 20))
+			c := srv.Counts()
+			onset[interval], calls[interval] = c.Failed, c.Total
+			fleet.Quit(quitTimeout)
+		})
+	}
+	fast, slow := intervals[0], intervals[1]
+	t.Logf("fleet trip: %d failing calls absorbed with records every %v, %d every %v; slow onset: %d of %d calls failed before every replica rejected with records every %v, %d of %d every %v",
+		trip[fast], fast, trip[slow], slow, onset[fast], calls[fast], fast, onset[slow], calls[slow], slow)
+	if onset[fast] > 0 && float64(onset[slow]) > 1.25*float64(onset[fast]) {
+		t.Errorf("slow onset: %d failing calls absorbed with records every %v, %d every %v; want no more than 25%% above", onset[slow], slow, onset[fast], fast)
+	}
+}
+
+// every reports whether ok holds for the last report of every replica.
+func every(fleet fleettest.Fleet, ok func(cbfleet.Report) bool) bool {
+	for _, r := range fleet {
+		if !ok(r.Last()) {
+			return false
+		}
+	}
+	return true
+}
