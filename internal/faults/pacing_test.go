@@ -20,8 +20,8 @@ const fastRecords = 100 * time.Millisecond
 // once, with the successes waiting, so the window is up to date at every
 // failure. Two scenarios, each run with both intervals on fresh processes:
 //   - the fleet trip: eight replicas, a dependency failing every call
-//     from the start (scenario 1's bound, MinCalls + replicas x (callers
-//     + 2), holds for both);
+//     from the start; scenario 1's bound holds for both,
+//     MinCalls + replicas x (callers + 2);
 //   - a slow onset: eight replicas call a healthy dependency for a while,
 //     then its failure rate climbs from 10% to 100% over 2 s; the fleet
 //     trips once failures reach half the window. The failing calls it
