@@ -117,4 +117,21 @@ type Snapshot struct {
 	// other states.
 	Operator Note
 	ForcedAt time.Time
+
+	// LastTrip is why and when the breaker last opened by its own rules,
+	// kept through recovery until the scope is forgotten: it tells an
+	// operator why a breaker that now reads open, or closed again, opened.
+	LastTrip Trip
+}
+
+// Trip is one opening of a breaker by its rules: a trip from closed, or a
+// failed probe. It is zero when the breaker has not opened since it was
+// born.
+type Trip struct {
+	At         time.Time // the coordinator's clock
+	Reason     string    // as the transition said: "failures 12/20 >= 50%", "probe failed"
+	Generation uint64    // the open generation it started
+	// The window's counts at the trip, the outcome that tipped it
+	// included; zero for a failed probe, which counts no window.
+	Calls, Failures, Slow int
 }

@@ -395,9 +395,10 @@ func showResult(r coordinator.Result) string {
 }
 
 func showSnapshot(s coordinator.Snapshot) string {
-	return fmt.Sprintf("{%v gen %d calls %d failures %d slow %d consecutive %d opened %s until %s probes %d successes %d operator %+v forced %s}",
+	return fmt.Sprintf("{%v gen %d calls %d failures %d slow %d consecutive %d opened %s until %s probes %d successes %d operator %+v forced %s last trip %s %q gen %d %d/%d/%d}",
 		s.State, s.Generation, s.Calls, s.Failures, s.Slow, s.ConsecutiveFailures, since(s.OpenedAt), since(s.OpenUntil),
-		s.ProbesInFlight, s.ProbeSuccesses, s.Operator, since(s.ForcedAt))
+		s.ProbesInFlight, s.ProbeSuccesses, s.Operator, since(s.ForcedAt),
+		since(s.LastTrip.At), s.LastTrip.Reason, s.LastTrip.Generation, s.LastTrip.Calls, s.LastTrip.Failures, s.LastTrip.Slow)
 }
 
 // since shows a time of the clock as the time since [Start].

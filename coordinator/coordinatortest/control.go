@@ -56,7 +56,7 @@ func (h *harness) controlErr(op string, n coordinator.Note) (coordinator.Result,
 // they stand for.
 func sameSnapshot(a, b coordinator.Snapshot) bool {
 	for _, s := range []*coordinator.Snapshot{&a, &b} {
-		for _, t := range []*time.Time{&s.OpenedAt, &s.OpenUntil, &s.ForcedAt} {
+		for _, t := range []*time.Time{&s.OpenedAt, &s.OpenUntil, &s.ForcedAt, &s.LastTrip.At} {
 			if !t.IsZero() {
 				*t = t.UTC()
 			}

@@ -79,6 +79,8 @@ var rules = []struct {
 	{"ProbeAboveStoredGivesBirthAndIsStale", testProbeAboveStoredGivesBirthAndIsStale},
 	{"SeenOnNotBornScope", testSeenOnNotBornScope},
 	{"SeenAtOrBelowStoredChangesNothing", testSeenAtOrBelowStoredChangesNothing},
+	// lasttrip.go
+	{"SnapshotKeepsTheLastTrip", testSnapshotKeepsTheLastTrip},
 	// expiry.go
 	{"OpenStateNeverExpires", testOpenStateNeverExpires},
 	{"HalfOpenStateNeverExpires", testHalfOpenStateNeverExpires},

@@ -63,6 +63,9 @@ type breaker struct {
 	note     coordinator.Note
 	forcedAt int64
 
+	// lastTrip is the last opening by the rules (Snapshot.LastTrip).
+	lastTrip coordinator.Trip
+
 	// lapsed is the transition the current operation made before its own
 	// work (an isolation whose time had passed), reported by the
 	// operation unless it makes one of its own.
@@ -235,7 +238,9 @@ func (b *breaker) record(r *rules, now int64, batch string, outcomes []coordinat
 			continue
 		}
 		if reason := b.tripReason(r, now); reason != "" {
+			calls, failures, slow := b.counts(r, now)
 			b.open(r.openFor, now)
+			b.tripped(now, reason, calls, failures, slow)
 			t = b.transition(coordinator.StateClosed, now, reason)
 		}
 	}
@@ -333,6 +338,13 @@ func (b *breaker) open(period, now int64) {
 	b.openUntil = now + period
 }
 
+// tripped notes why and when the breaker just opened by its rules, and the
+// window's counts then.
+func (b *breaker) tripped(now int64, reason string, calls, failures, slow int) {
+	b.lastTrip = coordinator.Trip{At: time.UnixMilli(now), Reason: reason, Generation: b.gen,
+		Calls: calls, Failures: failures, Slow: slow}
+}
+
 func (b *breaker) close(r *rules, now int64) {
 	b.restart(coordinator.StateClosed, now)
 	b.note, b.forcedAt = coordinator.Note{}, 0
@@ -357,6 +369,7 @@ func (b *breaker) settle(r *rules, now int64, claim string, o coordinator.Outcom
 			period = min(max(b.openFor, r.openFor)*2, r.maxOpen)
 		}
 		b.open(period, now)
+		b.tripped(now, "probe failed", 0, 0, 0)
 		return b.result(now, 0, b.transition(coordinator.StateHalfOpen, now, "probe failed"))
 	}
 	b.successes++
@@ -392,6 +405,7 @@ func (b *breaker) snapshot(r *rules, scope string, now int64) coordinator.Snapsh
 	if b.forcedAt != 0 {
 		s.Operator, s.ForcedAt = b.note, time.UnixMilli(b.forcedAt)
 	}
+	s.LastTrip = b.lastTrip
 	for _, deadline := range b.leases {
 		if deadline > now {
 			s.ProbesInFlight++

@@ -9,6 +9,8 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
+var _ coordinator.Lister = (*Coordinator)(nil)
+
 // List returns a snapshot, as of now, of every scope the coordinator
 // holds state for, sorted by scope; scopes that are not born (forgotten, or
 // never used) are left out. p gives the window the

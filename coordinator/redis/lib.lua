@@ -23,8 +23,10 @@
 -- probe_successes, expires_at (closed: when every bucket its generation can
 -- write has left the window), gc_until (closed: the keys' lifetime ends a
 -- GC margin after it; 0 otherwise), scope (the readable scope, for operators),
--- and while isolated or disabled the operator's note: note_by, note_reason,
--- note_for (ms), noted_at. Times are Unix ms of the coordinator's clock.
+-- while isolated or disabled the operator's note: note_by, note_reason,
+-- note_for (ms), noted_at; and once it has opened by its rules, the last
+-- trip: trip_at, trip_reason, trip_generation, trip_calls, trip_failures,
+-- trip_slow. Times are Unix ms of the coordinator's clock.
 --
 -- The window key lives as long as the state hash and carries the
 -- generation of its buckets, so that a state hash lost on its own leaves
@@ -162,6 +164,13 @@ end
 -- open starts an open period of period ms.
 local function open(s, period)
   restart(s, OPEN, {opened_at = NOW, open_for = period, open_until = NOW + period})
+end
+
+-- tripped notes why and when s just opened by its rules, and the window's
+-- counts then (zero for a failed probe): Snapshot.LastTrip.
+local function tripped(s, reason, calls, failures, slow)
+  redis.call('HSET', KEY_STATE, 'trip_at', int(NOW), 'trip_reason', reason, 'trip_generation', int(s.generation),
+    'trip_calls', int(calls), 'trip_failures', int(failures), 'trip_slow', int(slow))
 end
 
 local function forget_note()

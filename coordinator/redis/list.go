@@ -17,6 +17,8 @@ import (
 // server.
 const scanCount = 1000
 
+var _ coordinator.Lister = (*Coordinator)(nil)
+
 // List returns a snapshot, as of now, of every scope that has state under
 // the coordinator's prefix, sorted by scope. Scopes that are not born
 // (forgotten after an idle window, or whose state hash was lost) are left

@@ -86,6 +86,7 @@ for i = OUTCOMES, #ARGV, 2 do
     local reason = trip_reason()
     if reason then
       open(s, OPEN_FOR)
+      tripped(s, reason, other_calls + calls, other_failures + failures, other_slow + slow)
       tr = transition(s, CLOSED, reason)
     end
   end

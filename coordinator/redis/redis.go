@@ -312,6 +312,10 @@ func (c *Coordinator) Snapshot(ctx context.Context, scope string, p coordinator.
 		s.Operator = coordinator.Note{By: r.str(a.rest, 8), Reason: r.str(a.rest, 9), For: time.Duration(r.int(a.rest, 10)) * time.Millisecond}
 		s.ForcedAt = unixMilli(at)
 	}
+	if at := r.int(a.rest, 12); at != 0 {
+		s.LastTrip = coordinator.Trip{At: unixMilli(at), Reason: r.str(a.rest, 13), Generation: r.uint(a.rest, 14),
+			Calls: int(r.int(a.rest, 15)), Failures: int(r.int(a.rest, 16)), Slow: int(r.int(a.rest, 17))}
+	}
 	if r.err != nil {
 		return coordinator.Snapshot{}, opError("snapshot", scope, r.err)
 	}

@@ -30,6 +30,7 @@ if FAILED then
     period = math.min(math.max(s.open_for, OPEN_FOR) * 2, MAX_OPEN_FOR)
   end
   open(s, period)
+  tripped(s, 'probe failed', 0, 0, 0)
   return reply(s, transition(s, HALF_OPEN, 'probe failed'), nil, 0)
 end
 

@@ -1,0 +1,45 @@
+package cbgrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// ErrNoLister is returned by [Breaker.List] when the coordinator does not
+// implement [coordinator.Lister].
+var ErrNoLister = errors.New("cbgrpc: the coordinator cannot list its scopes")
+
+// Snapshot asks the coordinator for scope's state as of now, under this
+// Breaker's policy: the window's counts, the open period, an operator's
+// note, and why and when it last tripped (coordinator.Snapshot.LastTrip).
+// Looking changes nothing, not even this process's knowledge of the
+// scope. A scope that is not born reads closed in generation 0.
+func (b *Breaker) Snapshot(ctx context.Context, scope string) (coordinator.Snapshot, error) {
+	ctx, cancel := context.WithTimeout(ctx, operatorTimeout)
+	defer cancel()
+	s, err := b.c.Snapshot(ctx, scope, b.cfg.policy)
+	if err != nil {
+		return coordinator.Snapshot{}, fmt.Errorf("cbgrpc: snapshot %q: %w", scope, err)
+	}
+	return s, nil
+}
+
+// List asks the coordinator for a snapshot of every scope it holds state
+// for, under this Breaker's policy, if it is a [coordinator.Lister]. It
+// is an operator's tool: see [coordinator.Lister].
+func (b *Breaker) List(ctx context.Context) ([]coordinator.Snapshot, error) {
+	l, ok := b.c.(coordinator.Lister)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T", ErrNoLister, b.c)
+	}
+	ctx, cancel := context.WithTimeout(ctx, operatorTimeout)
+	defer cancel()
+	list, err := l.List(ctx, b.cfg.policy)
+	if err != nil {
+		return nil, fmt.Errorf("cbgrpc: list: %w", err)
+	}
+	return list, nil
+}
