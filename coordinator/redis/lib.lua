@@ -4,9 +4,10 @@
 --
 -- KEYS (every script; one hash tag, so one cluster slot):
 --   1 state        hash: the breaker (fields below)
---   2 window       hash: field generation labels the buckets; every other
---                  field is a bucket, named by its index (start ms / width),
---                  holding "calls failures slow"
+--   2 window       hash: field generation labels the buckets; head, calls,
+--                  failures, slow: running totals of the live buckets, up
+--                  to bucket head; every other field is a bucket, named by
+--                  its index (start ms / width), holding "calls failures slow"
 --   3 probes       hash: probe leases, claim -> deadline ms
 --   4 batches      list: the batch IDs Record counted last
 --   5 transitions  the scope's pub/sub channel (not a key)

@@ -31,15 +31,63 @@ local function percent(pm)
   return string.format('%d.%d%%', math.floor(pm / 10), pm % 10)
 end
 
--- The other live buckets are summed once; the batch only adds to the
--- current one, so the rules cost O(1) per outcome after this O(buckets)
--- read. Locals, not table fields: this loop runs once per outcome.
-local w = {current = counts(), others = counts(), dead = {}, labelled = true}
-if not s.newborn then
-  w = window(s)
+-- The window keeps running totals of its live buckets beside them, and
+-- head, the newest bucket they cover: a Record reads a few fields, not
+-- every bucket, and once the window has slid, only the buckets that left
+-- it, to subtract them. The batch only adds to the current bucket, so the
+-- rules cost O(1) per outcome. Locals, not table fields: the loop below
+-- runs once per outcome. calls, failures, slow: the current bucket;
+-- other_*: the other live buckets.
+local calls, failures, slow = 0, 0, 0
+local other_calls, other_failures, other_slow = 0, 0, 0
+local head, relabel = IDX, true
+
+local function parse(v)
+  if not v then
+    return 0, 0, 0
+  end
+  local c, f, sl = string.match(v, '^(%d+) (%d+) (%d+)$')
+  return tonumber(c), tonumber(f), tonumber(sl)
 end
-local calls, failures, slow = w.current.calls, w.current.failures, w.current.slow
-local other_calls, other_failures, other_slow = w.others.calls, w.others.failures, w.others.slow
+
+if not s.newborn then
+  local v = redis.call('HMGET', KEY_WINDOW, 'generation', 'head', 'calls', 'failures', 'slow', int(IDX))
+  if v[1] == int(s.generation) then
+    relabel = false
+    head = tonumber(v[2])
+    if not head then
+      -- Written without totals: sum the buckets once.
+      local w = window(s)
+      hdel(KEY_WINDOW, w.dead)
+      calls, failures, slow = w.current.calls, w.current.failures, w.current.slow
+      other_calls, other_failures, other_slow = w.others.calls, w.others.failures, w.others.slow
+      head = IDX
+    elseif IDX - head >= BUCKETS then
+      -- Every bucket has left the window.
+      relabel, head = true, IDX
+    else
+      local total_calls, total_failures, total_slow = tonumber(v[3]), tonumber(v[4]), tonumber(v[5])
+      if head < IDX then
+        local gone = {}
+        for i = head - BUCKETS + 1, IDX - BUCKETS do
+          gone[#gone + 1] = int(i)
+        end
+        if #gone > 0 then
+          for _, b in ipairs(redis.call('HMGET', KEY_WINDOW, unpack(gone))) do
+            local c, f, sl = parse(b)
+            total_calls, total_failures, total_slow = total_calls - c, total_failures - f, total_slow - sl
+          end
+          hdel(KEY_WINDOW, gone)
+        end
+        head = IDX
+      end
+      -- With a clock that went back, IDX lies below head: its bucket is
+      -- counted while it is within the buckets head covers.
+      calls, failures, slow = parse(v[6])
+      other_calls, other_failures, other_slow = total_calls - calls, total_failures - failures, total_slow - slow
+    end
+  end
+end
 local consecutive = s.consecutive_failures
 
 local function trip_reason()
@@ -104,8 +152,8 @@ if BATCH ~= '' then
 end
 if not tr then
   s.consecutive_failures, s.expires_at = consecutive, keep()
-  save(s, not w.labelled)
-  redis.call('HSET', KEY_WINDOW, int(IDX), string.format('%d %d %d', calls, failures, slow))
-  hdel(KEY_WINDOW, w.dead)
+  save(s, relabel)
+  redis.call('HSET', KEY_WINDOW, int(IDX), string.format('%d %d %d', calls, failures, slow), 'head', int(head),
+    'calls', int(other_calls + calls), 'failures', int(other_failures + failures), 'slow', int(other_slow + slow))
 end
 return reply(s, tr, nil, stale)
