@@ -169,3 +169,46 @@ func testTransitionFields(t *testing.T, f Factory) {
 	res = h.settle("c", ok(gen))
 	h.wantTransition("probes succeeded", res.Transition, halfOpen, closed, h.next(gen), "probes succeeded 2/2")
 }
+
+// testLongBatchTripsWhereTheRulesFirstHold: a long batch of successes
+// trips the breaker at the success that brings the calls to MinCalls, if
+// the failures already reach the ratio there, and the rest of it is
+// stale; a batch of successes under a policy whose rules already hold
+// trips at its first success. (A coordinator may count a run of equal
+// outcomes at once, but only where it gets the same answer.)
+func testLongBatchTripsWhereTheRulesFirstHold(t *testing.T, f Factory) {
+	p := basePolicy()
+	p.MinCalls, p.FailureRatio = 20, 0.5
+	h := newHarness(t, f, p)
+	gen := h.closedGen()
+	var batch []coordinator.Outcome
+	for range 10 {
+		batch = append(batch, fail(gen))
+	}
+	h.wantNoTrip("10 failures, under MinCalls", gen, batch...)
+	batch = batch[:0]
+	for range 30 {
+		batch = append(batch, ok(gen))
+	}
+	res := h.record(batch...)
+	h.wantResult("30 successes after 10 failures", res, open, h.next(gen), 20)
+	h.wantTransition("30 successes after 10 failures", res.Transition, closed, open, h.next(gen), "failures 10/20 >= 50%")
+
+	loose := basePolicy()
+	loose.MinCalls, loose.FailureRatio = 1000, 0.5
+	h = newHarness(t, f, loose).on("policy-changed")
+	gen = h.closedGen()
+	batch = batch[:0]
+	for i := range 15 {
+		batch = append(batch, coordinator.Outcome{Generation: gen, Failure: i < 10})
+	}
+	h.wantNoTrip("10 failures of 15, under MinCalls 1000", gen, batch...)
+	h.p.MinCalls = 10
+	batch = batch[:0]
+	for range 50 {
+		batch = append(batch, ok(gen))
+	}
+	res = h.record(batch...)
+	h.wantResult("50 successes under MinCalls 10", res, open, h.next(gen), 49)
+	h.wantTransition("50 successes under MinCalls 10", res.Transition, closed, open, h.next(gen), "failures 10/16 >= 50%")
+}

@@ -94,6 +94,7 @@ var rules = []struct {
 	{"RatioRoundsToNearestThousandth", testRatioRoundsToNearestThousandth},
 	{"BatchedRecordAppliesOutcomesInOrder", testBatchedRecordAppliesOutcomesInOrder},
 	{"RestOfBatchIsStaleAfterTrip", testRestOfBatchIsStaleAfterTrip},
+	{"LongBatchTripsWhereTheRulesFirstHold", testLongBatchTripsWhereTheRulesFirstHold},
 	{"TransitionToOpenReleasesProbeLeases", testTransitionToOpenReleasesProbeLeases},
 	{"TransitionToClosedReleasesProbeLeases", testTransitionToClosedReleasesProbeLeases},
 	{"StateIsAsOfNow", testStateIsAsOfNow},

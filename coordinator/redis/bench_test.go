@@ -125,6 +125,29 @@ func BenchmarkRecord(b *testing.B) {
 	}
 }
 
+// BenchmarkRecordSteady is a busy scope's steady state at the default
+// policy (30 s window, 10 buckets) and record interval: a replica's
+// Record of successes every second, so three to a bucket.
+func BenchmarkRecordSteady(b *testing.B) {
+	ctx := context.Background()
+	rdb := redistest.Start(b).Client(b)
+	p := coordinator.DefaultPolicy()
+	clock := coordinatortest.NewClock()
+	c := New(rdb, WithClock(clock.Now))
+	gen := birth(b, c, p)
+	outcomes := make([]coordinator.Outcome, 100)
+	for i := range outcomes {
+		outcomes[i].Generation = gen
+	}
+	measure(b, rdb, func(i int) {
+		clock.Advance(time.Second)
+		res, err := c.Record(coordinator.WithBatchID(ctx, strconv.Itoa(i)), "s", p, outcomes)
+		if err != nil || res.Stale != 0 {
+			b.Fatal(res, err)
+		}
+	})
+}
+
 func BenchmarkAdmitHalfOpen(b *testing.B) {
 	ctx := context.Background()
 	rdb := redistest.Start(b).Client(b)

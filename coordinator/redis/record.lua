@@ -4,8 +4,9 @@
 -- ARGV: 1-6 see lib.lua; 7 min calls, 8 failure permille (0 = off),
 --   9 slow permille (0 = off), 10 consecutive failures (0 = off),
 --   11 open for ms, 12 batch ID ('' = none), 13 how many batch IDs to
---   remember, then from 14 on two values per outcome: its generation
---   (decimal) and flags (1 = failure, 2 = slow, 3 = both)
+--   remember, then from 14 on three values per run of equal outcomes, in
+--   order: their generation (decimal), flags (1 = failure, 2 = slow, 3 =
+--   both) and how many
 -- Reply: see reply in lib.lua, then the number of stale outcomes.
 local MIN_CALLS = tonumber(ARGV[7])
 local FAILURE_PERMILLE = tonumber(ARGV[8])
@@ -21,7 +22,11 @@ local s = begin()
 -- scope remembers no batch.
 if (s.state ~= CLOSED and s.state ~= DISABLED)
     or (BATCH ~= '' and not s.newborn and redis.call('LPOS', KEY_BATCHES, BATCH)) then
-  return reply(s, false, nil, (#ARGV - OUTCOMES + 1) / 2)
+  local n = 0
+  for i = OUTCOMES + 2, #ARGV, 3 do
+    n = n + tonumber(ARGV[i])
+  end
+  return reply(s, false, nil, n)
 end
 
 local function percent(pm)
@@ -115,27 +120,62 @@ end
 local generation = int(s.generation)
 local stale, counted = 0, 0
 local tr = false
-for i = OUTCOMES, #ARGV, 2 do
+
+-- check trips the breaker if a rule holds.
+local function check()
+  local reason = trip_reason()
+  if reason then
+    open(s, OPEN_FOR)
+    tripped(s, reason, other_calls + calls, other_failures + failures, other_slow + slow)
+    tr = transition(s, CLOSED, reason)
+  end
+end
+
+for i = OUTCOMES, #ARGV, 3 do
+  local n = tonumber(ARGV[i + 2])
   if tr or ARGV[i] ~= generation then
-    stale = stale + 1
+    stale = stale + n
+  elseif ARGV[i + 1] == '0' then
+    -- A run of plain successes: after the first, the consecutive count is
+    -- 0 and both ratios only fall, so a rule can first hold at the first
+    -- one, or where the calls reach MinCalls. The rules are checked there
+    -- alone; the rest of the run after a trip is stale.
+    local before = other_calls + calls
+    local at = {1}
+    if before + 1 < MIN_CALLS and before + n >= MIN_CALLS then
+      at[2] = MIN_CALLS - before
+    end
+    local done = 0
+    for _, k in ipairs(at) do
+      if k <= n then
+        calls, consecutive, done = calls + k - done, 0, k
+        check()
+        if tr then
+          break
+        end
+      end
+    end
+    if not tr then
+      calls, done = calls + n - done, n
+    end
+    counted, stale = counted + done, stale + n - done
   else
-    counted = counted + 1
-    local flags = tonumber(ARGV[i + 1])
-    calls = calls + 1
-    if flags % 2 == 1 then
-      failures = failures + 1
-      consecutive = consecutive + 1
-    else
-      consecutive = 0
-    end
-    if flags >= 2 then
-      slow = slow + 1
-    end
-    local reason = trip_reason()
-    if reason then
-      open(s, OPEN_FOR)
-      tripped(s, reason, other_calls + calls, other_failures + failures, other_slow + slow)
-      tr = transition(s, CLOSED, reason)
+    local failed, slowed = ARGV[i + 1] == '1' or ARGV[i + 1] == '3', ARGV[i + 1] == '2' or ARGV[i + 1] == '3'
+    for j = 1, n do
+      if tr then
+        stale = stale + n - j + 1
+        break
+      end
+      counted, calls = counted + 1, calls + 1
+      if failed then
+        failures, consecutive = failures + 1, consecutive + 1
+      else
+        consecutive = 0
+      end
+      if slowed then
+        slow = slow + 1
+      end
+      check()
     end
   end
 end

@@ -236,20 +236,34 @@ func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Pol
 // Record implements [coordinator.Coordinator]. A batch ID set with
 // [coordinator.WithBatchID] makes a retried Record stale.
 func (c *Coordinator) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
-	args := make([]any, 0, 7+2*len(outcomes))
+	// Runs of equal outcomes go as one: a replica's batch is mostly
+	// successes of one generation, and record.lua counts a run of them at
+	// once.
+	args := make([]any, 0, 7+3*4)
 	args = append(args, p.MinCalls, coordinator.Permille(p.FailureRatio), coordinator.Permille(p.SlowCallRatio),
 		p.ConsecutiveFailures, p.OpenFor.Milliseconds(), coordinator.BatchID(ctx), coordinator.RecentBatches)
-	for _, o := range outcomes {
-		flags := 0
-		if o.Failure {
-			flags |= 1
+	for i := 0; i < len(outcomes); {
+		gen, flags := outcomes[i].Generation, outcomeFlags(p, outcomes[i])
+		n := 1
+		for i+n < len(outcomes) && outcomes[i+n].Generation == gen && outcomeFlags(p, outcomes[i+n]) == flags {
+			n++
 		}
-		if p.IsSlow(o.Duration) {
-			flags |= 2
-		}
-		args = append(args, strconv.FormatUint(o.Generation, 10), flags)
+		args = append(args, strconv.FormatUint(gen, 10), flags, n)
+		i += n
 	}
 	return c.result(ctx, c.client, c.scripts.record, "record", scope, p, coordinator.Seen(ctx, outcomes...), args...)
+}
+
+// outcomeFlags is how record.lua reads an outcome: 1 failure, 2 slow.
+func outcomeFlags(p coordinator.Policy, o coordinator.Outcome) int {
+	flags := 0
+	if o.Failure {
+		flags |= 1
+	}
+	if p.IsSlow(o.Duration) {
+		flags |= 2
+	}
+	return flags
 }
 
 // Settle implements [coordinator.Coordinator].
