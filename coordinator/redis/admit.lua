@@ -1,6 +1,6 @@
 -- admit.lua: Admit. Runs after lib.lua.
 --
--- KEYS: state, window, probes, batches, transitions (see lib.lua)
+-- KEYS: state, window, probes, transitions (see lib.lua)
 -- ARGV: 1-6 see lib.lua; 7 probe slots, 8 probe lease ms, 9 claim
 -- Reply: see reply in lib.lua, then the verdict (0 allow, 1 probe,
 --   2 reject).

@@ -73,8 +73,8 @@ func TestCluster(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := node.Exists(ctx, k[keyState], k[keyWindow], k[keyBatches]).Val(); n != 3 {
-				t.Fatalf("%d of state, window and batch keys on %s, want all", n, node.Options().Addr)
+			if n := node.Exists(ctx, k[keyState], k[keyWindow]).Val(); n != 2 {
+				t.Fatalf("%d of state and window keys on %s, want both", n, node.Options().Addr)
 			}
 			if got := node.HGet(ctx, k[keyState], "scope").Val(); got != scope {
 				t.Fatalf("state hash holds scope %q", got)

@@ -1,7 +1,7 @@
 -- control.lua: the operator's commands of coordinator.Controller. Runs
 -- after lib.lua.
 --
--- KEYS: state, window, probes, batches, transitions (see lib.lua)
+-- KEYS: state, window, probes, transitions (see lib.lua)
 -- ARGV: 1-6 see lib.lua; 7 command (isolate, release, disable, enable),
 --   8 note by, 9 note reason, 10 note for ms (isolate; 0 = until released),
 --   11 the reason of the transition the command makes

@@ -19,7 +19,6 @@
 //	<prefix>v2:{h}:state           hash: the breaker
 //	<prefix>v2:{h}:window          hash: the generation label and the buckets of the window
 //	<prefix>v2:{h}:probes          hash: probe leases, claim -> deadline (Unix ms)
-//	<prefix>v2:{h}:batches         list: the scope's recent batch IDs
 //	<prefix>v2:{h}:transitions     the scope's transition channel (pub/sub, not a key)
 //	<prefix>v2:{h}:heartbeat:<id>  a Watch's heartbeat channel (pub/sub), h of a scope it follows
 //

@@ -189,8 +189,8 @@ func TestIdleClosedScopeExpiresAndIsBornAgain(t *testing.T) {
 	if _, err := c.Record(coordinator.WithBatchID(ctx, "b1"), "s", p, []coordinator.Outcome{{Generation: old}}); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(scopeKeys(t, rdb, cbredis.DefaultPrefix)); n != 3 {
-		t.Fatalf("Record wrote %d keys: %q; want state, window and batches", n, scopeKeys(t, rdb, cbredis.DefaultPrefix))
+	if n := len(scopeKeys(t, rdb, cbredis.DefaultPrefix)); n != 2 {
+		t.Fatalf("Record wrote %d keys: %q; want state and window", n, scopeKeys(t, rdb, cbredis.DefaultPrefix))
 	}
 	deadline := time.Now().Add(p.Window + 5*time.Second)
 	for len(scopeKeys(t, rdb, cbredis.DefaultPrefix)) > 0 {

@@ -14,14 +14,13 @@ const layout = "v2"
 // lib.lua). The last is the scope's transition channel, passed with the
 // keys so that it shares their hash tag, and so their cluster slot: a
 // sharded PUBLISH from the script must stay in the slot the script runs in.
-type keys [5]string
+type keys [4]string
 
 // Indexes of keys.
 const (
 	keyState = iota
 	keyWindow
 	keyProbes
-	keyBatches
 	keyChannel
 )
 
@@ -34,5 +33,5 @@ const stateSuffix = "}:state"
 func scopeKeys(prefix, scope string) keys {
 	sum := sha256.Sum256([]byte(scope))
 	base := prefix + layout + ":{" + hex.EncodeToString(sum[:])
-	return keys{base + stateSuffix, base + "}:window", base + "}:probes", base + "}:batches", base + "}:transitions"}
+	return keys{base + stateSuffix, base + "}:window", base + "}:probes", base + "}:transitions"}
 }

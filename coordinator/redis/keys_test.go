@@ -85,14 +85,14 @@ func TestKeysLiveUnderTheLayoutVersion(t *testing.T) {
 	}
 
 	// The Watch's own channels (heartbeats) live under the layout too.
-	layout := regexp.MustCompile(`^deploy:v2:\{[0-9a-f]{64}\}:(state|window|probes|batches|transitions|heartbeat:.+)$`)
+	layout := regexp.MustCompile(`^deploy:v2:\{[0-9a-f]{64}\}:(state|window|probes|transitions|heartbeat:.+)$`)
 	k := scopeKeys(prefix, "s")
 	got, err := rdb.Keys(ctx, "*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(got)
-	want := []string{k[keyBatches], k[keyProbes], k[keyState], k[keyWindow]}
+	want := []string{k[keyProbes], k[keyState], k[keyWindow]}
 	if !slices.Equal(got, want) {
 		t.Fatalf("keys %q; want %q", got, want)
 	}
@@ -113,7 +113,7 @@ func TestKeysLiveUnderTheLayoutVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices.Sort(fields)
-	if want := []string{"consecutive_failures", "expires_at", "gc_until", "generation", "open_for", "open_until", "opened_at", "probe_successes", "scope", "state", "trip_at", "trip_calls", "trip_failures", "trip_generation", "trip_reason", "trip_slow"}; !slices.Equal(fields, want) {
+	if want := []string{"batch_count", "batches", "consecutive_failures", "expires_at", "gc_until", "generation", "open_for", "open_until", "opened_at", "probe_successes", "scope", "state", "trip_at", "trip_calls", "trip_failures", "trip_generation", "trip_reason", "trip_slow"}; !slices.Equal(fields, want) {
 		t.Errorf("state hash fields %q; want %q", fields, want)
 	}
 	if got := rdb.HGet(ctx, k[keyState], "state").Val(); got != "half-open" {

@@ -9,8 +9,7 @@
 --                  to bucket head; every other field is a bucket, named by
 --                  its index (start ms / width), holding "calls failures slow"
 --   3 probes       hash: probe leases, claim -> deadline ms
---   4 batches      list: the batch IDs Record counted last
---   5 transitions  the scope's pub/sub channel (not a key)
+--   4 transitions  the scope's pub/sub channel (not a key)
 -- ARGV (every script): 1 now ms ('' = the server's TIME), 2 bucket width ms,
 --   3 buckets. Scripts that write add 4 the readable scope, 5 the GC
 --   margin ms and 6 the highest generation of the scope the caller has
@@ -25,7 +24,9 @@
 -- write has left the window), gc_until (closed: the keys' lifetime ends a
 -- GC margin after it; 0 otherwise), scope (the readable scope, for operators),
 -- while isolated or disabled the operator's note: note_by, note_reason,
--- note_for (ms), noted_at; and once it has opened by its rules, the last
+-- note_for (ms), noted_at; batches, the IDs of the last batches Record
+-- counted, each followed by a NUL byte, and batch_count, how many; and
+-- once it has opened by its rules, the last
 -- trip: trip_at, trip_reason, trip_generation, trip_calls, trip_failures,
 -- trip_slow. Times are Unix ms of the coordinator's clock.
 --
@@ -33,7 +34,7 @@
 -- generation of its buckets, so that a state hash lost on its own leaves
 -- the floor for the next generation behind.
 
-local KEY_STATE, KEY_WINDOW, KEY_PROBES, KEY_BATCHES, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local KEY_STATE, KEY_WINDOW, KEY_PROBES, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local NOW = tonumber(ARGV[1]) -- nil: the server's TIME, read below
 local WIDTH = tonumber(ARGV[2])
 local BUCKETS = tonumber(ARGV[3])
@@ -81,10 +82,19 @@ local function next_generation(prev)
   return math.max(prev + 1, NOW * 1000)
 end
 
+-- WITH_BATCHES: stored also reads the batch IDs (Record sets it).
+local WITH_BATCHES = false
+
 -- stored reads the state hash; false when there is none.
 local function stored()
-  local v = redis.call('HMGET', KEY_STATE, 'state', 'generation', 'opened_at', 'open_for',
-    'open_until', 'consecutive_failures', 'probe_successes', 'expires_at', 'gc_until')
+  local v
+  if WITH_BATCHES then
+    v = redis.call('HMGET', KEY_STATE, 'state', 'generation', 'opened_at', 'open_for',
+      'open_until', 'consecutive_failures', 'probe_successes', 'expires_at', 'gc_until', 'batches', 'batch_count')
+  else
+    v = redis.call('HMGET', KEY_STATE, 'state', 'generation', 'opened_at', 'open_for',
+      'open_until', 'consecutive_failures', 'probe_successes', 'expires_at', 'gc_until')
+  end
   if not v[1] then
     return false
   end
@@ -93,7 +103,8 @@ local function stored()
   end
   return {state = v[1], generation = tonumber(v[2]), opened_at = tonumber(v[3]),
     open_for = tonumber(v[4]), open_until = tonumber(v[5]), consecutive_failures = tonumber(v[6]),
-    probe_successes = tonumber(v[7]), expires_at = tonumber(v[8]), gc_until = tonumber(v[9] or 0)}
+    probe_successes = tonumber(v[7]), expires_at = tonumber(v[8]), gc_until = tonumber(v[9] or 0),
+    batches = v[10] or '', batch_count = tonumber(v[11] or 0)}
 end
 
 -- born: the state is there, and not closed past keeping.
@@ -113,8 +124,8 @@ end
 -- collection only: decisions compare expires_at with now. So the lifetime
 -- is set a window beyond expires_at (gc_until), and set again only once
 -- expires_at has caught up with it, or when a key may lack it (a new
--- window, a new batch list, s.gc_until false): once a window, not on every
--- Record. State, window and batch IDs expire together.
+-- window, s.gc_until false): once a window, not on every Record. State and
+-- window expire together.
 local function save(s, relabel)
   local lifetime = false
   if s.state == CLOSED then
@@ -125,10 +136,17 @@ local function save(s, relabel)
   else
     s.gc_until = 0
   end
-  redis.call('HSET', KEY_STATE, 'state', s.state, 'generation', int(s.generation),
-    'opened_at', int(s.opened_at), 'open_for', int(s.open_for), 'open_until', int(s.open_until),
-    'consecutive_failures', int(s.consecutive_failures), 'probe_successes', int(s.probe_successes),
-    'expires_at', int(s.expires_at), 'gc_until', int(s.gc_until))
+  if s.batches_changed then
+    redis.call('HSET', KEY_STATE, 'state', s.state, 'generation', int(s.generation),
+      'opened_at', int(s.opened_at), 'open_for', int(s.open_for), 'open_until', int(s.open_until),
+      'consecutive_failures', int(s.consecutive_failures), 'probe_successes', int(s.probe_successes),
+      'expires_at', int(s.expires_at), 'gc_until', int(s.gc_until), 'batches', s.batches, 'batch_count', int(s.batch_count))
+  else
+    redis.call('HSET', KEY_STATE, 'state', s.state, 'generation', int(s.generation),
+      'opened_at', int(s.opened_at), 'open_for', int(s.open_for), 'open_until', int(s.open_until),
+      'consecutive_failures', int(s.consecutive_failures), 'probe_successes', int(s.probe_successes),
+      'expires_at', int(s.expires_at), 'gc_until', int(s.gc_until))
+  end
   if relabel then
     redis.call('DEL', KEY_WINDOW)
     redis.call('HSET', KEY_WINDOW, 'generation', int(s.generation))
@@ -137,13 +155,11 @@ local function save(s, relabel)
     local ms = int(s.gc_until - NOW + GC_MARGIN)
     redis.call('PEXPIRE', KEY_STATE, ms)
     redis.call('PEXPIRE', KEY_WINDOW, ms)
-    redis.call('PEXPIRE', KEY_BATCHES, ms)
   elseif s.state ~= CLOSED then
     -- Open, half-open and manual states never expire: losing them would
     -- admit everything, or undo an operator.
     redis.call('PERSIST', KEY_STATE)
     redis.call('PERSIST', KEY_WINDOW)
-    redis.call('PERSIST', KEY_BATCHES)
   end
 end
 
@@ -189,7 +205,7 @@ end
 -- generation its surviving data knows: closed, nothing counted, no lease,
 -- no batch ID remembered.
 local function birth(prev)
-  redis.call('DEL', KEY_STATE, KEY_BATCHES)
+  redis.call('DEL', KEY_STATE)
   redis.call('HSET', KEY_STATE, 'scope', SCOPE)
   local s = {generation = prev, opened_at = 0}
   restart(s, CLOSED, {expires_at = keep()})

@@ -1,6 +1,6 @@
 -- record.lua: Record. Runs after lib.lua.
 --
--- KEYS: state, window, probes, batches, transitions (see lib.lua)
+-- KEYS: state, window, probes, transitions (see lib.lua)
 -- ARGV: 1-6 see lib.lua; 7 min calls, 8 failure permille (0 = off),
 --   9 slow permille (0 = off), 10 consecutive failures (0 = off),
 --   11 open for ms, 12 batch ID ('' = none), 13 how many batch IDs to
@@ -17,11 +17,14 @@ local BATCH = ARGV[12]
 local RECENT_BATCHES = tonumber(ARGV[13])
 local OUTCOMES = 14 -- the first outcome's ARGV
 
+WITH_BATCHES = true
 local s = begin()
 -- Disabled counts outcomes, for people to see, and never trips. A newborn
--- scope remembers no batch.
+-- scope remembers no batch. The batch IDs are kept in the state hash, each
+-- followed by a NUL byte.
+local batches, batch_count = s.batches or '', s.batch_count or 0
 if (s.state ~= CLOSED and s.state ~= DISABLED)
-    or (BATCH ~= '' and not s.newborn and redis.call('LPOS', KEY_BATCHES, BATCH)) then
+    or (BATCH ~= '' and string.find('\0' .. batches, '\0' .. BATCH .. '\0', 1, true)) then
   local n = 0
   for i = OUTCOMES + 2, #ARGV, 3 do
     n = n + tonumber(ARGV[i])
@@ -117,6 +120,16 @@ local function trip_reason()
   return false
 end
 
+-- The batch is remembered with whatever this Record saves, a trip
+-- included; a Record that counts nothing saves nothing.
+if BATCH ~= '' then
+  batches, batch_count = batches .. BATCH .. '\0', batch_count + 1
+  if batch_count > RECENT_BATCHES then
+    batches, batch_count = string.sub(batches, string.find(batches, '\0', 1, true) + 1), batch_count - 1
+  end
+  s.batches, s.batch_count, s.batches_changed = batches, batch_count, true
+end
+
 local generation = int(s.generation)
 local stale, counted = 0, 0
 local tr = false
@@ -182,13 +195,6 @@ end
 
 if counted == 0 then
   return reply(s, false, nil, stale)
-end
-if BATCH ~= '' then
-  -- Before save, which gives a new list the state's lifetime.
-  if redis.call('RPUSH', KEY_BATCHES, BATCH) == 1 then
-    s.gc_until = false
-  end
-  redis.call('LTRIM', KEY_BATCHES, int(-RECENT_BATCHES), -1)
 end
 if not tr then
   s.consecutive_failures, s.expires_at = consecutive, keep()

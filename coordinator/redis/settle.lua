@@ -1,6 +1,6 @@
 -- settle.lua: Settle. Runs after lib.lua.
 --
--- KEYS: state, window, probes, batches, transitions (see lib.lua)
+-- KEYS: state, window, probes, transitions (see lib.lua)
 -- ARGV: 1-6 see lib.lua; 7 claim, 8 the probe's generation (decimal),
 --   9 1 if the probe failed (an error or too slow) else 0, 10 open for ms,
 --   11 max open for ms (0 = no back-off), 12 probe successes needed

@@ -1,7 +1,7 @@
 -- snapshot.lua: Snapshot. Runs after lib.lua; reads, never writes: looking
 -- never gives birth and never uses up a probe.
 --
--- KEYS: state, window, probes, batches, transitions (see lib.lua)
+-- KEYS: state, window, probes, transitions (see lib.lua)
 -- ARGV: 1-3 see lib.lua
 -- Reply: see reply in lib.lua, then calls, failures, slow, consecutive
 --   failures, opened at, open until (0 = none), probes in flight, probe

@@ -18,7 +18,7 @@ import (
 
 // aclGrant is the grant docs/redis-acl.md documents, word for word.
 const aclGrant = "resetkeys ~cbgrpc:* resetchannels &cbgrpc:* -@all " +
-	"+evalsha +eval +time +hget +hgetall +hmget +hset +hdel +hvals +del +persist +pexpire +lpos +ltrim +rpush " +
+	"+evalsha +eval +time +hget +hgetall +hmget +hset +hdel +hvals +del +persist +pexpire " +
 	"+publish +spublish +subscribe +ssubscribe +unsubscribe +sunsubscribe +ping +info +wait"
 
 // aclClusterGrant adds what a cluster client reads at start: the slots,
