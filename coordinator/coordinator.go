@@ -49,6 +49,7 @@ type Decision struct {
 	State      State         // state after the decision
 	Generation uint64        // generation the admitted call belongs to
 	RetryAfter time.Duration // on Reject: time until a probe slot may be free, or until an isolation for a set time ends (0 when isolated until released)
+	RampLeft   time.Duration // closed, with Policy.RampFor set: what is left of the ramp after the last recovery (0: none)
 	Transition *Transition   // non-nil when this admission moved the breaker (open -> half-open, or an ended isolation -> closed)
 }
 
@@ -84,6 +85,10 @@ type Result struct {
 	// otherwise. It is what tells a caller that the open period is not
 	// OpenFor: each reopening doubles it (Policy.MaxOpenFor).
 	RetryAfter time.Duration
+	// RampLeft is, when State is closed and Policy.RampFor is set, what is
+	// left of the ramp that follows a recovery (a close after open,
+	// half-open or isolated), by the coordinator's clock; zero otherwise.
+	RampLeft   time.Duration
 	Transition *Transition
 	// Replicas says, for the [Controller] methods, whether the change
 	// reached the coordinator's replicas; it is zero for Record and Settle,

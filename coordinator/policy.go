@@ -22,6 +22,14 @@ type Policy struct {
 	Probes              int           // probe slots in half-open, fleet-wide
 	ProbeLease          time.Duration // a claimed probe slot is released if not settled within this
 	ProbeSuccesses      int           // probe successes needed to close; may exceed Probes, since a settled slot is reused
+	// RampFor, when set, is how long after the breaker recovers (closes
+	// after being open, half-open or isolated) the fleet ramps its
+	// traffic back up: coordinators report the time left of the ramp
+	// (Decision.RampLeft, Result.RampLeft), counted from their own clock's
+	// time of the close, and a Breaker admits a share of calls rising
+	// linearly to all of them. A scope forgotten after a window without
+	// calls forgets its ramp. 0, the default, is off.
+	RampFor time.Duration
 }
 
 // DefaultPolicy returns a policy for real traffic:
@@ -152,6 +160,9 @@ func (p Policy) Validate() error {
 	}
 	if p.ProbeSuccesses < 1 {
 		return invalid("ProbeSuccesses", "must be at least 1, got %d", p.ProbeSuccesses)
+	}
+	if p.RampFor < 0 || (p.RampFor > 0 && p.RampFor < time.Millisecond) {
+		return invalid("RampFor", "must be 0 (off) or at least 1ms, got %v", p.RampFor)
 	}
 	return nil
 }

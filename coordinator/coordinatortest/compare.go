@@ -89,6 +89,7 @@ const (
 	pathStaleSettle
 	pathBornAgain
 	pathBornAboveSeen
+	pathRamping
 	// with LoseState
 	pathLostState
 	pathFenced
@@ -106,7 +107,7 @@ const (
 var pathNames = [numPaths]string{
 	"opened", "admitted", "rejected while open", "rejected at the probe limit", "lease expired",
 	"settled success", "settled failure", "closed again", "stale outcome", "stale settle",
-	"born again after forgetting", "born above a generation seen", "lost state", "fenced after a loss",
+	"born again after forgetting", "born above a generation seen", "admitted while ramping", "lost state", "fenced after a loss",
 	"rejected while isolated", "isolated", "isolation ended", "released", "disabled", "counted while disabled", "enabled",
 }
 
@@ -135,6 +136,9 @@ func comparePolicy(rng *rand.Rand) coordinator.Policy {
 	}
 	if rng.IntN(2) == 0 {
 		p.MaxOpenFor = 400 * time.Millisecond
+	}
+	if rng.IntN(2) == 0 {
+		p.RampFor = 500 * time.Millisecond
 	}
 	switch rng.IntN(4) {
 	case 0:
@@ -333,7 +337,7 @@ func (d *driver) learn(s *cmpScope, gen uint64, t *coordinator.Transition) {
 // outcomes it alone was sent.
 func (d *driver) sameResult(s *cmpScope, op string, rr, sr coordinator.Result, lost int) {
 	d.t.Helper()
-	if rr.State != sr.State || rr.Generation != sr.Generation || rr.Stale+lost != sr.Stale || rr.RetryAfter != sr.RetryAfter {
+	if rr.State != sr.State || rr.Generation != sr.Generation || rr.Stale+lost != sr.Stale || rr.RetryAfter != sr.RetryAfter || rr.RampLeft != sr.RampLeft {
 		var why string
 		if lost > 0 {
 			why = fmt.Sprintf(" (want %d more stale: admitted before a loss)", lost)
@@ -387,11 +391,11 @@ func showTransition(t *coordinator.Transition) string {
 }
 
 func showDecision(d coordinator.Decision) string {
-	return fmt.Sprintf("{%v %v gen %d retry %v transition %s}", d.Verdict, d.State, d.Generation, d.RetryAfter, showTransition(d.Transition))
+	return fmt.Sprintf("{%v %v gen %d retry %v ramp %v transition %s}", d.Verdict, d.State, d.Generation, d.RetryAfter, d.RampLeft, showTransition(d.Transition))
 }
 
 func showResult(r coordinator.Result) string {
-	return fmt.Sprintf("{%v gen %d stale %d retry %v transition %s}", r.State, r.Generation, r.Stale, r.RetryAfter, showTransition(r.Transition))
+	return fmt.Sprintf("{%v gen %d stale %d retry %v ramp %v transition %s}", r.State, r.Generation, r.Stale, r.RetryAfter, r.RampLeft, showTransition(r.Transition))
 }
 
 func showSnapshot(s coordinator.Snapshot) string {

@@ -82,7 +82,7 @@ func (d *driver) admitClaim(ctx context.Context, s *cmpScope, claim string, agai
 	sd, sutErr := d.sut.Admit(ctx, s.name, s.p, claim)
 	d.note("admit s%d %s -> %s", s.index, claim, showDecision(rd))
 	d.noErr("Admit", refErr, sutErr)
-	if rd.Verdict != sd.Verdict || rd.State != sd.State || rd.RetryAfter != sd.RetryAfter || rd.Generation != sd.Generation {
+	if rd.Verdict != sd.Verdict || rd.State != sd.State || rd.RetryAfter != sd.RetryAfter || rd.RampLeft != sd.RampLeft || rd.Generation != sd.Generation {
 		d.fail("Admit(s%d, %s): reference %s, coordinator under test %s", s.index, claim, showDecision(rd), showDecision(sd))
 	}
 	d.sameTransition(s, "Admit("+claim+")", rd.Transition, sd.Transition)
@@ -90,6 +90,9 @@ func (d *driver) admitClaim(ctx context.Context, s *cmpScope, claim string, agai
 	switch rd.Verdict {
 	case coordinator.Allow:
 		d.hit(pathAdmitted)
+		if rd.RampLeft > 0 {
+			d.hit(pathRamping)
+		}
 	case coordinator.Reject:
 		switch rd.State {
 		case coordinator.StateOpen:

@@ -81,6 +81,9 @@ var rules = []struct {
 	{"SeenAtOrBelowStoredChangesNothing", testSeenAtOrBelowStoredChangesNothing},
 	// lasttrip.go
 	{"SnapshotKeepsTheLastTrip", testSnapshotKeepsTheLastTrip},
+	// ramp.go
+	{"RampLeftAfterRecovery", testRampLeftAfterRecovery},
+	{"NoRampWithoutRecovery", testNoRampWithoutRecovery},
 	// expiry.go
 	{"OpenStateNeverExpires", testOpenStateNeverExpires},
 	{"HalfOpenStateNeverExpires", testHalfOpenStateNeverExpires},

@@ -19,6 +19,7 @@ type rules struct {
 	lease              int64
 	probes, successes  int
 	consecutive, calls int
+	rampFor            int64
 }
 
 func newRules(p coordinator.Policy) *rules {
@@ -31,6 +32,7 @@ func newRules(p coordinator.Policy) *rules {
 		openFor:     p.OpenFor.Milliseconds(),
 		maxOpen:     p.MaxOpenFor.Milliseconds(),
 		lease:       p.ProbeLease.Milliseconds(),
+		rampFor:     p.RampFor.Milliseconds(),
 		probes:      p.Probes,
 		successes:   p.ProbeSuccesses,
 		consecutive: p.ConsecutiveFailures,
@@ -65,6 +67,10 @@ type breaker struct {
 
 	// lastTrip is the last opening by the rules (Snapshot.LastTrip).
 	lastTrip coordinator.Trip
+	// recoveredAt is when the current closed generation began after the
+	// breaker was open, half-open or isolated (ms; 0: it did not), the
+	// start of the ramp (Policy.RampFor).
+	recoveredAt int64
 
 	// lapsed is the transition the current operation made before its own
 	// work (an isolation whose time had passed), reported by the
@@ -168,7 +174,16 @@ func (b *breaker) admit(r *rules, now int64, claim string) coordinator.Decision 
 	case coordinator.StateIsolated:
 		return coordinator.Decision{Verdict: coordinator.Reject, State: b.state, Generation: b.gen, RetryAfter: b.retryAfter(now)}
 	}
-	return coordinator.Decision{Verdict: coordinator.Allow, State: b.state, Generation: b.gen, Transition: b.report(nil)}
+	return coordinator.Decision{Verdict: coordinator.Allow, State: b.state, Generation: b.gen, RampLeft: b.rampLeft(r, now), Transition: b.report(nil)}
+}
+
+// rampLeft is what is left at now of the ramp that follows a recovery
+// (Policy.RampFor); 0 when there is none.
+func (b *breaker) rampLeft(r *rules, now int64) time.Duration {
+	if b.state != coordinator.StateClosed || b.recoveredAt == 0 || r.rampFor == 0 || now >= b.recoveredAt+r.rampFor {
+		return 0
+	}
+	return ms(b.recoveredAt + r.rampFor - now)
 }
 
 func (b *breaker) pruneLeases(now int64) {
@@ -203,8 +218,9 @@ func (b *breaker) claimProbe(r *rules, now int64, claim string) coordinator.Deci
 	return d
 }
 
-func (b *breaker) result(now int64, stale int, t *coordinator.Transition) coordinator.Result {
-	return coordinator.Result{State: b.stateAt(now), Generation: b.gen, Stale: stale, RetryAfter: b.retryAfter(now), Transition: b.report(t)}
+func (b *breaker) result(r *rules, now int64, stale int, t *coordinator.Transition) coordinator.Result {
+	return coordinator.Result{State: b.stateAt(now), Generation: b.gen, Stale: stale, RetryAfter: b.retryAfter(now),
+		RampLeft: b.rampLeft(r, now), Transition: b.report(t)}
 }
 
 func (b *breaker) seenBatch(id string) bool {
@@ -223,7 +239,7 @@ func (b *breaker) rememberBatch(id string) {
 
 func (b *breaker) record(r *rules, now int64, batch string, outcomes []coordinator.Outcome) coordinator.Result {
 	if (b.state != coordinator.StateClosed && b.state != coordinator.StateDisabled) || b.seenBatch(batch) {
-		return b.result(now, len(outcomes), nil)
+		return b.result(r, now, len(outcomes), nil)
 	}
 	var t *coordinator.Transition
 	stale, counted := 0, 0
@@ -247,7 +263,7 @@ func (b *breaker) record(r *rules, now int64, batch string, outcomes []coordinat
 	if counted > 0 {
 		b.rememberBatch(batch)
 	}
-	return b.result(now, stale, t)
+	return b.result(r, now, stale, t)
 }
 
 func (b *breaker) add(r *rules, now int64, o coordinator.Outcome) {
@@ -328,6 +344,7 @@ func (b *breaker) restart(state coordinator.State, now int64) {
 	b.openFor, b.openUntil = 0, 0
 	b.consec, b.successes = 0, 0
 	b.window, b.leases = nil, nil
+	b.recoveredAt = 0
 }
 
 // open moves the breaker to open for period ms.
@@ -346,7 +363,11 @@ func (b *breaker) tripped(now int64, reason string, calls, failures, slow int) {
 }
 
 func (b *breaker) close(r *rules, now int64) {
+	recovered := b.state != coordinator.StateDisabled
 	b.restart(coordinator.StateClosed, now)
+	if recovered {
+		b.recoveredAt = now
+	}
 	b.note, b.forcedAt = coordinator.Note{}, 0
 	// Keep the new generation for a window, so that calls admitted under
 	// it can still be recorded.
@@ -355,11 +376,11 @@ func (b *breaker) close(r *rules, now int64) {
 
 func (b *breaker) settle(r *rules, now int64, claim string, o coordinator.Outcome) coordinator.Result {
 	if b.state != coordinator.StateHalfOpen || o.Generation != b.gen {
-		return b.result(now, 1, nil)
+		return b.result(r, now, 1, nil)
 	}
 	b.pruneLeases(now)
 	if _, ok := b.leases[claim]; !ok {
-		return b.result(now, 1, nil)
+		return b.result(r, now, 1, nil)
 	}
 	delete(b.leases, claim)
 	// A slow probe says the dependency has not recovered.
@@ -370,15 +391,15 @@ func (b *breaker) settle(r *rules, now int64, claim string, o coordinator.Outcom
 		}
 		b.open(period, now)
 		b.tripped(now, "probe failed", 0, 0, 0)
-		return b.result(now, 0, b.transition(coordinator.StateHalfOpen, now, "probe failed"))
+		return b.result(r, now, 0, b.transition(coordinator.StateHalfOpen, now, "probe failed"))
 	}
 	b.successes++
 	if b.successes < r.successes {
-		return b.result(now, 0, nil)
+		return b.result(r, now, 0, nil)
 	}
 	n := b.successes
 	b.close(r, now)
-	return b.result(now, 0, b.transition(coordinator.StateHalfOpen, now, fmt.Sprintf("probes succeeded %d/%d", n, r.successes)))
+	return b.result(r, now, 0, b.transition(coordinator.StateHalfOpen, now, fmt.Sprintf("probes succeeded %d/%d", n, r.successes)))
 }
 
 // snapshot reads b as of now; a nil breaker is a scope not born. A breaker

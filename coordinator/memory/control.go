@@ -36,7 +36,7 @@ func (c *Coordinator) control(ctx context.Context, op, scope string, p coordinat
 	var res coordinator.Result
 	err := c.op(ctx, op, scope, p, coordinator.Seen(ctx), func(b *breaker, r *rules, now int64) *coordinator.Transition {
 		t := b.control(r, now, op, n)
-		res = b.result(now, 0, t)
+		res = b.result(r, now, 0, t)
 		return t
 	})
 	return res, err

@@ -2,15 +2,15 @@
 -- after lib.lua.
 --
 -- KEYS: state, window, probes, transitions (see lib.lua)
--- ARGV: 1-6 see lib.lua; 7 command (isolate, release, disable, enable),
---   8 note by, 9 note reason, 10 note for ms (isolate; 0 = until released),
---   11 the reason of the transition the command makes
+-- ARGV: 1-7 see lib.lua; 8 command (isolate, release, disable, enable),
+--   9 note by, 10 note reason, 11 note for ms (isolate; 0 = until released),
+--   12 the reason of the transition the command makes
 -- Reply: see reply in lib.lua, then 0 (nothing is stale).
-local COMMAND = ARGV[7]
-local NOTE_BY = ARGV[8]
-local NOTE_REASON = ARGV[9]
-local NOTE_FOR = tonumber(ARGV[10])
-local REASON = ARGV[11]
+local COMMAND = ARGV[8]
+local NOTE_BY = ARGV[9]
+local NOTE_REASON = ARGV[10]
+local NOTE_FOR = tonumber(ARGV[11])
+local REASON = ARGV[12]
 
 if COMMAND ~= 'isolate' and COMMAND ~= 'release' and COMMAND ~= 'disable' and COMMAND ~= 'enable' then
   return redis.error_reply('unknown command ' .. COMMAND)

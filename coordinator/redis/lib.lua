@@ -12,9 +12,10 @@
 --   4 transitions  the scope's pub/sub channel (not a key)
 -- ARGV (every script): 1 now ms ('' = the server's TIME), 2 bucket width ms,
 --   3 buckets. Scripts that write add 4 the readable scope, 5 the GC
---   margin ms and 6 the highest generation of the scope the caller has
---   seen (decimal, 0 = none: coordinator.WithSeen); each script's own ARGV
---   follow, from 7 on.
+--   margin ms, 6 the highest generation of the scope the caller has seen
+--   (decimal, 0 = none: coordinator.WithSeen) and 7 the ramp after a
+--   recovery, ms (Policy.RampFor; 0 = none); each script's own ARGV
+--   follow, from 8 on.
 --
 -- State hash fields: state (closed, open, half-open, isolated, disabled),
 -- generation, opened_at (when it last opened or was isolated), open_for
@@ -22,7 +23,8 @@
 -- isolation; 0 = none, or isolated until released), consecutive_failures,
 -- probe_successes, expires_at (closed: when every bucket its generation can
 -- write has left the window), gc_until (closed: the keys' lifetime ends a
--- GC margin after it; 0 otherwise), scope (the readable scope, for operators),
+-- GC margin after it; 0 otherwise), recovered_at (closed after open,
+-- half-open or isolated: when, the start of the ramp; 0 otherwise), scope (the readable scope, for operators),
 -- while isolated or disabled the operator's note: note_by, note_reason,
 -- note_for (ms), noted_at; batches, the IDs of the last batches Record
 -- counted, each followed by a NUL byte, and batch_count, how many; and
@@ -41,6 +43,7 @@ local BUCKETS = tonumber(ARGV[3])
 local SCOPE = ARGV[4]
 local GC_MARGIN = tonumber(ARGV[5])
 local SEEN = tonumber(ARGV[6])
+local RAMP_FOR = tonumber(ARGV[7]) or 0
 
 local CLOSED, OPEN, HALF_OPEN, ISOLATED, DISABLED = 'closed', 'open', 'half-open', 'isolated', 'disabled'
 -- coordinator.State, as replies and the feed carry it
@@ -90,10 +93,10 @@ local function stored()
   local v
   if WITH_BATCHES then
     v = redis.call('HMGET', KEY_STATE, 'state', 'generation', 'opened_at', 'open_for',
-      'open_until', 'consecutive_failures', 'probe_successes', 'expires_at', 'gc_until', 'batches', 'batch_count')
+      'open_until', 'consecutive_failures', 'probe_successes', 'expires_at', 'gc_until', 'recovered_at', 'batches', 'batch_count')
   else
     v = redis.call('HMGET', KEY_STATE, 'state', 'generation', 'opened_at', 'open_for',
-      'open_until', 'consecutive_failures', 'probe_successes', 'expires_at', 'gc_until')
+      'open_until', 'consecutive_failures', 'probe_successes', 'expires_at', 'gc_until', 'recovered_at')
   end
   if not v[1] then
     return false
@@ -104,7 +107,7 @@ local function stored()
   return {state = v[1], generation = tonumber(v[2]), opened_at = tonumber(v[3]),
     open_for = tonumber(v[4]), open_until = tonumber(v[5]), consecutive_failures = tonumber(v[6]),
     probe_successes = tonumber(v[7]), expires_at = tonumber(v[8]), gc_until = tonumber(v[9] or 0),
-    batches = v[10] or '', batch_count = tonumber(v[11] or 0)}
+    recovered_at = tonumber(v[10] or 0), batches = v[11] or '', batch_count = tonumber(v[12] or 0)}
 end
 
 -- born: the state is there, and not closed past keeping.
@@ -140,12 +143,13 @@ local function save(s, relabel)
     redis.call('HSET', KEY_STATE, 'state', s.state, 'generation', int(s.generation),
       'opened_at', int(s.opened_at), 'open_for', int(s.open_for), 'open_until', int(s.open_until),
       'consecutive_failures', int(s.consecutive_failures), 'probe_successes', int(s.probe_successes),
-      'expires_at', int(s.expires_at), 'gc_until', int(s.gc_until), 'batches', s.batches, 'batch_count', int(s.batch_count))
+      'expires_at', int(s.expires_at), 'gc_until', int(s.gc_until), 'recovered_at', int(s.recovered_at or 0),
+      'batches', s.batches, 'batch_count', int(s.batch_count))
   else
     redis.call('HSET', KEY_STATE, 'state', s.state, 'generation', int(s.generation),
       'opened_at', int(s.opened_at), 'open_for', int(s.open_for), 'open_until', int(s.open_until),
       'consecutive_failures', int(s.consecutive_failures), 'probe_successes', int(s.probe_successes),
-      'expires_at', int(s.expires_at), 'gc_until', int(s.gc_until))
+      'expires_at', int(s.expires_at), 'gc_until', int(s.gc_until), 'recovered_at', int(s.recovered_at or 0))
   end
   if relabel then
     redis.call('DEL', KEY_WINDOW)
@@ -170,7 +174,7 @@ end
 local function restart(s, state, fields)
   s.state = state
   s.generation = next_generation(s.generation)
-  s.open_for, s.open_until, s.consecutive_failures, s.probe_successes = 0, 0, 0, 0
+  s.open_for, s.open_until, s.consecutive_failures, s.probe_successes, s.recovered_at = 0, 0, 0, 0, 0
   for k, v in pairs(fields or {}) do
     s[k] = v
   end
@@ -195,9 +199,14 @@ local function forget_note()
 end
 
 -- close starts a closed generation, kept for a window so that calls
--- admitted under it can still be recorded.
+-- admitted under it can still be recorded. Closing after open, half-open
+-- or isolated is a recovery, which starts the ramp.
 local function close(s)
-  restart(s, CLOSED, {expires_at = keep()})
+  local recovered = 0
+  if s.state ~= DISABLED then
+    recovered = NOW
+  end
+  restart(s, CLOSED, {expires_at = keep(), recovered_at = recovered})
   forget_note()
 end
 
@@ -293,8 +302,10 @@ end
 -- did: first the lapse begin made, then tr, the script's own transition
 -- (false: none). It reports tr, or else the lapse:
 --   {state as of now, generation, retry after ms, now,
---    from, to, generation after, open until, reason, ...}
+--    from, to, generation after, open until, reason, ramp left ms, ...}
 -- with from = -1 when nothing moved, then the script's own values (...).
+-- The ramp left is what remains of the ramp after a recovery while
+-- closed (RAMP_FOR; 0 when none).
 -- retry nil: until the open period, or an isolation for a set time, ends
 -- (0 in any other state). The state as of now reads an open breaker whose
 -- period has ended as half-open.
@@ -317,9 +328,13 @@ local function reply(s, tr, retry, ...)
   if state == OPEN and NOW >= s.open_until then
     state = HALF_OPEN
   end
+  local ramp = 0
+  if state == CLOSED and RAMP_FOR > 0 and (s.recovered_at or 0) > 0 and NOW < s.recovered_at + RAMP_FOR then
+    ramp = s.recovered_at + RAMP_FOR - NOW
+  end
   if tr then
     return {CODE[state], s.generation, retry, NOW,
-      CODE[tr.from], CODE[tr.to], tr.generation, tr.open_until, tr.reason, ...}
+      CODE[tr.from], CODE[tr.to], tr.generation, tr.open_until, tr.reason, ramp, ...}
   end
-  return {CODE[state], s.generation, retry, NOW, -1, -1, 0, 0, '', ...}
+  return {CODE[state], s.generation, retry, NOW, -1, -1, 0, 0, '', ramp, ...}
 end

@@ -1,21 +1,21 @@
 -- record.lua: Record. Runs after lib.lua.
 --
 -- KEYS: state, window, probes, transitions (see lib.lua)
--- ARGV: 1-6 see lib.lua; 7 min calls, 8 failure permille (0 = off),
---   9 slow permille (0 = off), 10 consecutive failures (0 = off),
---   11 open for ms, 12 batch ID ('' = none), 13 how many batch IDs to
---   remember, then from 14 on three values per run of equal outcomes, in
+-- ARGV: 1-7 see lib.lua; 8 min calls, 9 failure permille (0 = off),
+--   10 slow permille (0 = off), 11 consecutive failures (0 = off),
+--   12 open for ms, 13 batch ID ('' = none), 14 how many batch IDs to
+--   remember, then from 15 on three values per run of equal outcomes, in
 --   order: their generation (decimal), flags (1 = failure, 2 = slow, 3 =
 --   both) and how many
 -- Reply: see reply in lib.lua, then the number of stale outcomes.
-local MIN_CALLS = tonumber(ARGV[7])
-local FAILURE_PERMILLE = tonumber(ARGV[8])
-local SLOW_PERMILLE = tonumber(ARGV[9])
-local CONSECUTIVE_FAILURES = tonumber(ARGV[10])
-local OPEN_FOR = tonumber(ARGV[11])
-local BATCH = ARGV[12]
-local RECENT_BATCHES = tonumber(ARGV[13])
-local OUTCOMES = 14 -- the first outcome's ARGV
+local MIN_CALLS = tonumber(ARGV[8])
+local FAILURE_PERMILLE = tonumber(ARGV[9])
+local SLOW_PERMILLE = tonumber(ARGV[10])
+local CONSECUTIVE_FAILURES = tonumber(ARGV[11])
+local OPEN_FOR = tonumber(ARGV[12])
+local BATCH = ARGV[13]
+local RECENT_BATCHES = tonumber(ARGV[14])
+local OUTCOMES = 15 -- the first outcome's ARGV
 
 WITH_BATCHES = true
 local s = begin()

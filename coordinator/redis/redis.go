@@ -163,10 +163,10 @@ func (c *Coordinator) call(ctx context.Context, rdb goredis.Scripter, s *goredis
 		now = strconv.FormatInt(c.clock().UnixMilli(), 10)
 		margin = testClockGCMargin
 	}
-	argv := make([]any, 0, 6+len(args))
+	argv := make([]any, 0, 7+len(args))
 	argv = append(argv, now, p.BucketWidth().Milliseconds(), p.Buckets)
 	if use.write {
-		argv = append(argv, scope, margin.Milliseconds(), strconv.FormatUint(use.seen, 10))
+		argv = append(argv, scope, margin.Milliseconds(), strconv.FormatUint(use.seen, 10), p.RampFor.Milliseconds())
 	}
 	argv = append(argv, args...)
 	k := scopeKeys(c.prefix, scope)
@@ -225,6 +225,7 @@ func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Pol
 		State:      a.state,
 		Generation: a.generation,
 		RetryAfter: a.retryAfter,
+		RampLeft:   a.rampLeft,
 		Transition: a.transition,
 	}
 	if r.err != nil {
@@ -292,6 +293,7 @@ func (c *Coordinator) result(ctx context.Context, rdb goredis.Scripter, s *gored
 		Generation: a.generation,
 		Stale:      int(r.int(a.rest, 0)),
 		RetryAfter: a.retryAfter,
+		RampLeft:   a.rampLeft,
 		Transition: a.transition,
 	}
 	if r.err != nil {

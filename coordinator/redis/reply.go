@@ -14,14 +14,15 @@ type answer struct {
 	state      coordinator.State
 	generation uint64
 	retryAfter time.Duration
+	rampLeft   time.Duration
 	transition *coordinator.Transition
 	rest       []any
 }
 
 // shared is how many values of a reply answer reads:
 // {state, generation, retry after ms, now, from, to, generation after,
-// open until, reason}.
-const shared = 9
+// open until, reason, ramp left ms}.
+const shared = 10
 
 func readAnswer(reply []any, scope string) (answer, error) {
 	var r replyReader
@@ -29,6 +30,7 @@ func readAnswer(reply []any, scope string) (answer, error) {
 		state:      coordinator.State(r.int(reply, 0)),
 		generation: r.uint(reply, 1),
 		retryAfter: time.Duration(r.int(reply, 2)) * time.Millisecond,
+		rampLeft:   time.Duration(r.int(reply, 9)) * time.Millisecond,
 	}
 	now, from := r.int(reply, 3), r.int(reply, 4)
 	if from >= 0 {

@@ -1,16 +1,16 @@
 -- settle.lua: Settle. Runs after lib.lua.
 --
 -- KEYS: state, window, probes, transitions (see lib.lua)
--- ARGV: 1-6 see lib.lua; 7 claim, 8 the probe's generation (decimal),
---   9 1 if the probe failed (an error or too slow) else 0, 10 open for ms,
---   11 max open for ms (0 = no back-off), 12 probe successes needed
+-- ARGV: 1-7 see lib.lua; 8 claim, 9 the probe's generation (decimal),
+--   10 1 if the probe failed (an error or too slow) else 0, 11 open for ms,
+--   12 max open for ms (0 = no back-off), 13 probe successes needed
 -- Reply: see reply in lib.lua, then the number of stale settlements.
-local CLAIM = ARGV[7]
-local PROBE_GENERATION = ARGV[8]
-local FAILED = ARGV[9] == '1'
-local OPEN_FOR = tonumber(ARGV[10])
-local MAX_OPEN_FOR = tonumber(ARGV[11])
-local PROBE_SUCCESSES = tonumber(ARGV[12])
+local CLAIM = ARGV[8]
+local PROBE_GENERATION = ARGV[9]
+local FAILED = ARGV[10] == '1'
+local OPEN_FOR = tonumber(ARGV[11])
+local MAX_OPEN_FOR = tonumber(ARGV[12])
+local PROBE_SUCCESSES = tonumber(ARGV[13])
 
 local s = begin()
 -- Physical state: an open breaker whose period ended has no leases yet,
