@@ -167,8 +167,9 @@ func TestCLI(t *testing.T) {
 	c.want(2, "", "cbctl: isolate: invalid note: a reason is required to isolate a breaker", "isolate", "svc/pkg.S/Down")
 	c.want(2, "", "cbctl: isolate: invalid note: For is -1s", "isolate", "svc/pkg.S/Down", "--reason", "x", "--for", "-1s")
 	c.want(2, "", "want one SCOPE, got 0 arguments", "isolate", "--reason", "x")
+	c.want(3, "", "cbctl: isolate: scope svc/pkg.S/Down not found", "isolate", "svc/pkg.S/Down", "--reason", "x")
 	c.wantChange(f, "svc/pkg.S/Down", "closed -> isolated gen %d: isolated by alice for 1h0m0s: payments outage",
-		"isolate", "svc/pkg.S/Down", "--for", "1h", "--reason", "payments outage", "--by", "alice")
+		"isolate", "svc/pkg.S/Down", "--for", "1h", "--reason", "payments outage", "--by", "alice", "--create")
 	if d := f.admit("svc/pkg.S/Down"); d.Verdict != coordinator.Reject || d.State != coordinator.StateIsolated {
 		t.Errorf("the fleet's Admit of the isolated scope: %+v; want Reject", d)
 	}
@@ -221,7 +222,7 @@ func TestCLI(t *testing.T) {
 	if d := f.admit("svc/pkg.S/Trip"); d.Verdict != coordinator.Allow || d.State != coordinator.StateDisabled {
 		t.Errorf("the fleet's Admit of the disabled scope: %+v; want Allow", d)
 	}
-	c.want(2, "", "cbctl: disable: flag provided but not defined: -for", "disable", "svc/pkg.S/Trip", "--reason", "x", "--for", "1s")
+	c.want(2, "", "cbctl: disable: flag provided but not defined: --for", "disable", "svc/pkg.S/Trip", "--reason", "x", "--for", "1s")
 	r = c.want(0, "", "", "enable", "svc/pkg.S/Trip", "--json")
 	var res resultJSON
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || !res.Changed || res.State != "closed" || res.Transition == nil ||
@@ -234,17 +235,17 @@ func TestCLI(t *testing.T) {
 	}
 
 	// odd scopes: quoted in tables, "--" for one that starts with a dash
-	c.wantChange(f, "-dash scope", "closed -> isolated gen %d", "isolate", "--reason", "odd", "--", "-dash scope")
+	c.wantChange(f, "-dash scope", "closed -> isolated gen %d", "isolate", "--reason", "odd", "--create", "--", "-dash scope")
 	if r := c.want(0, `"-dash scope" `, "", "list"); !strings.Contains(strings.Join(strings.Fields(r.stdout), " "), `"-dash scope" isolated `+gen("-dash scope")) {
 		t.Errorf("list: want the dash scope quoted and isolated:\n%s", r.stdout)
 	}
 
 	// usage and operational errors
 	c.want(2, "", `cbctl: unknown command "lsit"`, "lsit")
-	c.want(2, "", "cbctl: list: flag provided but not defined: -nope", "list", "--nope")
+	c.want(2, "", "cbctl: list: flag provided but not defined: --nope", "list", "--nope")
 	c.want(2, "", "cbctl: list: list takes no argument", "list", "extra")
 	c.want(2, "", "cbctl: list: --window 1ms --buckets 10", "list", "--window", "1ms")
-	c.want(0, "", "usage: cbctl show [flags] SCOPE", "show", "--help")
+	c.want(0, "usage: cbctl show [flags] SCOPE", "", "show", "--help")
 	c.want(1, "", "cbctl: list: redis coordinator: list: ", "list", "--addr", "127.0.0.1:1")
 }
 
@@ -262,7 +263,7 @@ func TestCLIAuth(t *testing.T) {
 	newCLI(t, srv.Addr()).want(1, "", "cbctl: list: ", "list")
 	newCLI(t, srv.Addr(), "CBCTL_REDIS_USERNAME=ops", "CBCTL_REDIS_PASSWORD=wrong").want(1, "", "WRONGPASS", "list")
 	c := newCLI(t, srv.Addr(), "CBCTL_REDIS_USERNAME=ops", "CBCTL_REDIS_PASSWORD=s3cret")
-	c.want(0, "closed -> isolated", "", "isolate", "s", "--reason", "auth")
+	c.want(0, "closed -> isolated", "", "isolate", "s", "--reason", "auth", "--create")
 	c.want(0, "by tester: auth", "", "list")
 }
 
@@ -361,5 +362,40 @@ func TestCLIWatch(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGINT)
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("watch after SIGINT: %v; want exit 0", err)
+	}
+}
+
+// TestCLIShowLastTrip: show of a tripped breaker says why it opened, the
+// window at the trip and when, in text and JSON, though the trip emptied
+// the window.
+func TestCLIShowLastTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	f := newFleet(t, srv.Client(t))
+	c := newCLI(t, srv.Addr())
+	scope := "pay/Charge"
+	f.trip(scope)
+	gen := f.generation(scope)
+	reason := fmt.Sprintf("failures %d/%d >= 50%%", f.p.MinCalls, f.p.MinCalls)
+	r := c.want(0, "calls:                0", "", "show", scope)
+	for _, want := range []string{fmt.Sprintf("gen %d: %s", gen, reason), fmt.Sprintf("window at the trip:   %d calls, %d failures, 0 slow", f.p.MinCalls, f.p.MinCalls)} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("cbctl show printed:\n%s\nwant %q", r.stdout, want)
+		}
+	}
+	r = c.want(0, `"last_trip": {`, "", "show", scope, "--json")
+	var out struct {
+		LastTrip struct {
+			Reason     string `json:"reason"`
+			Generation uint64 `json:"generation"`
+			Calls      int    `json:"calls"`
+			Failures   int    `json:"failures"`
+			At         string `json:"at"`
+		} `json:"last_trip"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatal(err)
+	}
+	if lt := out.LastTrip; lt.Reason != reason || lt.Generation != gen || lt.Calls != f.p.MinCalls || lt.Failures != f.p.MinCalls || lt.At == "" {
+		t.Errorf("show --json last trip %+v; want %q in generation %d at %d of %d", lt, reason, gen, f.p.MinCalls, f.p.MinCalls)
 	}
 }

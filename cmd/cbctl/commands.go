@@ -43,7 +43,7 @@ func oneScope(pos []string) error {
 }
 
 func cmdList(ctx context.Context, e *env, args []string) error {
-	e.flags("")
+	e.flags()
 	ctx, cancel, c, p, _, err := e.setup(ctx, args, func(pos []string) error {
 		if len(pos) != 0 {
 			return usageErr("list takes no argument, got %q", pos)
@@ -69,7 +69,7 @@ func cmdList(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdShow(ctx context.Context, e *env, args []string) error {
-	e.flags("SCOPE")
+	e.flags()
 	ctx, cancel, c, p, pos, err := e.setup(ctx, args, oneScope)
 	if err != nil {
 		return err
@@ -79,8 +79,8 @@ func cmdShow(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if s == (coordinator.Snapshot{Scope: pos[0]}) {
-		return notFound(pos[0])
+	if s.Generation == 0 {
+		return notFound(pos[0], "")
 	}
 	if e.json {
 		return writeJSON(e.stdout, toJSON(s))
@@ -91,19 +91,20 @@ func cmdShow(ctx context.Context, e *env, args []string) error {
 // cmdControl runs one of the operator's commands of coordinator.Controller.
 func cmdControl(op string) func(ctx context.Context, e *env, args []string) error {
 	return func(ctx context.Context, e *env, args []string) error {
-		fs := e.flags("SCOPE")
+		fs := e.flags()
 		var n coordinator.Note
 		reason := "why, for whoever looks at the breaker"
 		if op == "isolate" || op == "disable" {
 			reason += " (required)"
 		}
 		fs.StringVar(&n.Reason, "reason", "", reason)
-		fs.StringVar(&n.By, "by", e.defaultBy(), "who acts, for the note")
+		fs.StringVar(&n.By, "by", e.defaultBy(), "`NAME` of who acts, for the note ($CBCTL_BY, else $USER)")
 		if op == "isolate" {
 			fs.DurationVar(&n.For, "for", 0, "release by itself after this long (0: until released)")
 		}
+		create := fs.Bool("create", false, "act on a scope that has no state (never used, or idle for a window) instead of failing with exit status 3")
 		fs.IntVar(&e.replicas, "replicas", 0, "replicas to wait for (0: as many as the master reports)")
-		fs.DurationVar(&e.replicaTimeout, "replica-timeout", cbredis.DefaultReplicaTimeout, "bound on the wait for replicas")
+		fs.DurationVar(&e.replicaTimeout, "replica-timeout", cbredis.DefaultReplicaTimeout, "bound on the wait for replicas, less than --timeout")
 		ctx, cancel, c, p, pos, err := e.setup(ctx, args, func(pos []string) error {
 			if err := oneScope(pos); err != nil {
 				return err
@@ -124,16 +125,14 @@ func cmdControl(op string) func(ctx context.Context, e *env, args []string) erro
 		}
 		defer cancel()
 		scope := pos[0]
-		if op == "release" || op == "enable" {
-			// Acting on a scope with no state does nothing: most likely a
-			// mistyped scope, which the operator must hear of.
-			s, err := c.Snapshot(ctx, scope, p)
-			if err != nil {
-				return err
-			}
-			if s == (coordinator.Snapshot{Scope: scope}) {
-				return notFound(scope)
-			}
+		before, err := c.Snapshot(ctx, scope, p)
+		if err != nil {
+			return err
+		}
+		if before.Generation == 0 && !*create {
+			// Most likely a mistyped scope: isolating it would leave an
+			// isolation in Redis for good while the real scope keeps failing.
+			return notFound(scope, fmt.Sprintf("; check the name with cbctl list, or give --create to %s it anyway", op))
 		}
 		var res coordinator.Result
 		switch op {
@@ -149,19 +148,21 @@ func cmdControl(op string) func(ctx context.Context, e *env, args []string) erro
 		if err != nil {
 			return err
 		}
-		switch {
-		case e.json:
-			out := resultJSON{Scope: scope, Changed: res.Transition != nil, State: res.State.String(), Generation: res.Generation,
-				Replicas: replicasJSON{Wanted: res.Replicas.Wanted, Confirmed: res.Replicas.Confirmed}}
-			if res.Transition != nil {
-				t := toTransitionJSON(*res.Transition)
-				out.Transition = &t
+		var u update
+		if res.Transition == nil && (op == "isolate" || op == "disable") {
+			// Isolate of an isolated breaker and disable of a disabled one
+			// make no transition but replace the note (and the end): the
+			// coordinator does not say what it replaced, the breaker does.
+			after, err := c.Snapshot(ctx, scope, p)
+			if err != nil {
+				return fmt.Errorf("%s made no transition; reading back the note it replaced: %w", op, err)
 			}
-			err = writeJSON(e.stdout, out)
-		case res.Transition != nil:
-			fmt.Fprintln(e.stdout, transitionLine(*res.Transition))
-		default:
-			fmt.Fprintf(e.stdout, "unchanged: %s is %v in generation %d\n", quoteScope(scope), res.State, res.Generation)
+			u = updated(before, after)
+		}
+		if e.json {
+			err = writeJSON(e.stdout, toResultJSON(scope, res, u))
+		} else {
+			fmt.Fprintln(e.stdout, resultLine(scope, res, u))
 		}
 		if err != nil {
 			return err
@@ -188,7 +189,7 @@ func (e *env) confirmed(r coordinator.Replication) error {
 }
 
 func cmdWatch(ctx context.Context, e *env, args []string) error {
-	fs := e.flags("[SCOPE...]")
+	fs := e.flags()
 	rescan := fs.Duration("rescan", 10*time.Second, "without SCOPE arguments: how often to list the scopes again, to follow new ones (0: never)")
 	ctx, _, c, p, pos, err := e.setup(ctx, args, func([]string) error { return nil })
 	if err != nil {

@@ -23,25 +23,26 @@ type env struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 
-	addr, prefix, by  string
-	sentinel, master  string
-	cluster, tls      bool
-	tlsCA, tlsName    string
-	window            time.Duration
-	buckets           int
-	timeout           time.Duration
-	replicas          int           // isolate, release, disable, enable
-	replicaTimeout    time.Duration // likewise
-	json              bool
-	client            goredis.UniversalClient
-	fs                *flag.FlagSet
-	positionalsNeeded string // for the help text: "SCOPE", "[SCOPE...]"
+	addr, prefix     string
+	sentinel, master string
+	cluster, tls     bool
+	tlsCA, tlsName   string
+	window           time.Duration
+	buckets          int
+	timeout          time.Duration
+	replicas         int           // isolate, release, disable, enable
+	replicaTimeout   time.Duration // likewise
+	json             bool
+	client           goredis.UniversalClient
+	cmd              *command
+	fs               *flag.FlagSet
+	global           map[string]bool // the flags every command takes, for the help text
 }
 
 var errHelp = errors.New("help")
 
 // flags makes the command's flag set with the flags every command takes.
-func (e *env) flags(positionals string) *flag.FlagSet {
+func (e *env) flags() *flag.FlagSet {
 	fs := flag.NewFlagSet("cbctl "+e.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	def := coordinator.DefaultPolicy()
@@ -49,20 +50,21 @@ func (e *env) flags(positionals string) *flag.FlagSet {
 	if addr == "" {
 		addr = "127.0.0.1:6379"
 	}
-	fs.StringVar(&e.addr, "addr", addr, "Redis `host:port`; comma-separated seeds with --cluster")
+	fs.StringVar(&e.addr, "addr", addr, "Redis `HOST:PORT`; comma-separated seeds with --cluster")
 	fs.BoolVar(&e.cluster, "cluster", false, "the Redis is a Redis Cluster")
-	fs.StringVar(&e.sentinel, "sentinel", e.getenv("CBCTL_REDIS_SENTINEL"), "Sentinel `host:port`s, comma-separated, instead of --addr; with --master")
-	fs.StringVar(&e.master, "master", e.getenv("CBCTL_REDIS_MASTER"), "`name` of the master the Sentinels monitor")
+	fs.StringVar(&e.sentinel, "sentinel", e.getenv("CBCTL_REDIS_SENTINEL"), "Sentinel `HOST:PORT`s, comma-separated, instead of --addr; with --master")
+	fs.StringVar(&e.master, "master", e.getenv("CBCTL_REDIS_MASTER"), "`NAME` of the master the Sentinels monitor")
 	fs.BoolVar(&e.tls, "tls", false, "connect with TLS")
-	fs.StringVar(&e.tlsCA, "tls-ca", "", "PEM `file` of the CAs to trust (implies --tls)")
-	fs.StringVar(&e.tlsName, "tls-server-name", "", "server `name` to verify (implies --tls)")
-	fs.StringVar(&e.prefix, "prefix", cbredis.DefaultPrefix, "key `prefix` of the fleet's coordinator")
+	fs.StringVar(&e.tlsCA, "tls-ca", "", "PEM `FILE` of the CAs to trust (implies --tls)")
+	fs.StringVar(&e.tlsName, "tls-server-name", "", "server `NAME` to verify (implies --tls)")
+	fs.StringVar(&e.prefix, "prefix", cbredis.DefaultPrefix, "key `PREFIX` of the fleet's coordinator")
 	fs.DurationVar(&e.window, "window", def.Window, "the fleet's Policy.Window")
 	fs.IntVar(&e.buckets, "buckets", def.Buckets, "the fleet's Policy.Buckets")
 	fs.DurationVar(&e.timeout, "timeout", 10*time.Second, "bound on the command (not on watch)")
 	fs.BoolVar(&e.json, "json", false, "print JSON instead of a table")
+	e.global = map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { e.global[f.Name] = true })
 	e.fs = fs
-	e.positionalsNeeded = positionals
 	return fs
 }
 
@@ -75,7 +77,7 @@ func (e *env) parse(args []string) ([]string, error) {
 				e.help()
 				return nil, errHelp
 			}
-			return nil, usageErr("%v (see cbctl %s --help)", err, e.name)
+			return nil, usageErr("%s (see cbctl %s --help)", flagError(err), e.name)
 		}
 		rest := e.fs.Args()
 		if len(rest) == 0 {
@@ -90,11 +92,18 @@ func (e *env) parse(args []string) ([]string, error) {
 	}
 }
 
+// help is the command's help, on standard output: asked for, it is the
+// output.
 func (e *env) help() {
-	fmt.Fprintf(e.stderr, "usage: cbctl %s [flags] %s\n\nflags:\n", e.name, e.positionalsNeeded)
-	e.fs.SetOutput(e.stderr)
-	e.fs.PrintDefaults()
-	fmt.Fprint(e.stderr, "\nenvironment: CBCTL_REDIS_ADDR, CBCTL_REDIS_SENTINEL, CBCTL_REDIS_MASTER, CBCTL_REDIS_USERNAME, CBCTL_REDIS_PASSWORD, CBCTL_BY\n")
+	w := e.stdout
+	fmt.Fprintf(w, "usage: %s\n\n%s.\n", strings.TrimSpace("cbctl "+e.name+" [flags] "+e.cmd.args), capitalize(e.cmd.brief))
+	if len(e.global) < countFlags(e.fs) {
+		fmt.Fprintf(w, "\nflags of %s:\n", e.name)
+		writeFlags(w, e.fs, func(name string) bool { return !e.global[name] })
+	}
+	fmt.Fprint(w, "\nflags every command takes (also before the command):\n")
+	writeFlags(w, e.fs, func(name string) bool { return e.global[name] })
+	fmt.Fprint(w, "\n"+environment)
 }
 
 // policy is the fleet's policy as far as cbctl needs it: the window.

@@ -5,6 +5,8 @@
 //
 // Usage:
 //
+//	cbctl [flags] COMMAND [flags] [args]
+//
 //	cbctl list                                   every breaker, as a table
 //	cbctl show SCOPE                             one breaker
 //	cbctl isolate SCOPE --reason TEXT [--for D]  reject every call (until --for passed, or release)
@@ -12,9 +14,12 @@
 //	cbctl disable SCOPE --reason TEXT            admit every call, never trip
 //	cbctl enable SCOPE [--reason TEXT]           back under the rules
 //	cbctl watch [SCOPE...]                       print transitions as they happen
+//	cbctl help [COMMAND]                         help, on standard output
+//	cbctl --version                              the version cbctl was built from
 //
 // Flags go after the command, before or after its arguments ("--" ends
-// them, for a scope that starts with "-"):
+// them, for a scope that starts with "-"); the flags every command takes
+// may also come before the command ("cbctl --addr HOST:PORT list"):
 //
 //	--addr HOST:PORT[,HOST:PORT...]  Redis address; seeds with --cluster (default $CBCTL_REDIS_ADDR or 127.0.0.1:6379)
 //	--cluster                        Redis Cluster
@@ -23,11 +28,21 @@
 //	--tls                            TLS; --tls-ca FILE and --tls-server-name NAME tune it
 //	--prefix P                       key prefix the fleet's coordinator uses (default "cbgrpc:")
 //	--window D, --buckets N          the fleet's Policy.Window and Policy.Buckets (default 30s, 10)
-//	--by NAME                        who is acting, for the note (default $CBCTL_BY or $USER)
 //	--timeout D                      bound on each command but watch (default 10s)
-//	--replicas N                     isolate, release, disable, enable: replicas to wait for (default 0: as many as the master reports)
-//	--replica-timeout D              isolate, release, disable, enable: bound on the wait for replicas (default 1s, less than --timeout)
 //	--json                           JSON instead of a table: one object, or one per line for watch
+//
+// and isolate, release, disable and enable also take:
+//
+//	--reason TEXT                    why, for the note (required by isolate and disable)
+//	--by NAME                        who is acting, for the note (default $CBCTL_BY or $USER)
+//	--for D                          isolate only: the isolation ends by itself after D
+//	--create                         act on a scope that has no state (see exit status 3)
+//	--replicas N                     replicas to wait for (default 0: as many as the master reports)
+//	--replica-timeout D              bound on the wait for replicas (default 1s, less than --timeout)
+//
+// "cbctl --help", "cbctl help COMMAND" and "cbctl COMMAND --help" print
+// help on standard output and exit 0; a usage error prints one line on
+// standard error and exits 2.
 //
 // With Sentinels, cbctl asks them for the master and acts on it; the
 // --sentinel flag beats $CBCTL_REDIS_ADDR, and --addr beats
@@ -42,16 +57,29 @@
 // that an operator puts back is kept for one window. The other fields of
 // the policy do not matter to cbctl.
 //
+// A scope has no state when no breaker holds any for it: never used, or
+// idle for longer than the window (its closed state expired), or its
+// isolation for a set time ended. show reports such a scope as not found;
+// isolate, release, disable and enable refuse it unless --create is given,
+// since acting on it is most likely a typo, and an isolation of a mistyped
+// scope would stay in Redis for good while the real one keeps failing.
+//
+// Isolating an isolated breaker, or disabling a disabled one, makes no
+// transition but replaces the note (and for isolate the end): cbctl then
+// says what it replaced ("updated: ... note ... -> ...", and in --json
+// "updated": {"note": {"from": ..., "to": ...}, "open_until": {...}}).
+//
 // Exit status: 0 done (also when the breaker was already in the state
 // asked for); 1 an operational error (Redis unreachable, a script failed,
 // the watch feed was lost); 2 a usage error (unknown command or flag, a
-// missing argument, a missing --reason, a bad --for); 3 show, release or
-// enable of a scope that has no state; 4 isolate, release, disable or
-// enable whose change no replica confirmed (the change is in force on the
-// master, but a failover would lose it: run the command again once the
-// replicas are back). Errors go to standard error as one line
-// "cbctl: COMMAND: ...". A change that some replicas confirmed and others
-// did not exits 0 with a note on standard error.
+// missing argument, a missing --reason, a bad --for); 3 show, isolate,
+// release, disable or enable of a scope that has no state (the last four
+// unless --create is given); 4 isolate, release, disable or enable whose
+// change no replica confirmed (the change is in force on the master, but
+// a failover would lose it: run the command again once the replicas are
+// back). Errors go to standard error as one line "cbctl: COMMAND: ...". A
+// change that some replicas confirmed and others did not exits 0 with a
+// note on standard error.
 //
 // Durability: after isolate, release, disable and enable, cbctl waits up
 // to --replica-timeout for the master's replicas to have the change
@@ -66,10 +94,12 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -112,52 +142,88 @@ func usageErr(format string, args ...any) error {
 	return &cmdError{exitUsage, fmt.Errorf(format, args...)}
 }
 
-func notFound(scope string) error {
-	return &cmdError{exitNotFound, fmt.Errorf("scope %s not found", quoteScope(scope))}
+// notFound is the error of a command on a scope that has no state; hint
+// says what to do about it.
+func notFound(scope, hint string) error {
+	return &cmdError{exitNotFound, fmt.Errorf("scope %s not found: no breaker holds state for it "+
+		"(never used, idle for longer than the window, or its isolation ended)%s", quoteScope(scope), hint)}
 }
 
-var commands = map[string]func(ctx context.Context, e *env, args []string) error{
-	"list":    cmdList,
-	"show":    cmdShow,
-	"isolate": cmdControl("isolate"),
-	"release": cmdControl("release"),
-	"disable": cmdControl("disable"),
-	"enable":  cmdControl("enable"),
-	"watch":   cmdWatch,
+// command is one of cbctl's commands.
+type command struct {
+	name  string
+	args  string // what follows the name in the synopsis: "SCOPE --reason TEXT [--for D]"
+	brief string
+	run   func(ctx context.Context, e *env, args []string) error
 }
 
-const usage = `usage: cbctl COMMAND [flags] [args]
+var commands = []*command{
+	{"list", "", "every breaker, as a table", cmdList},
+	{"show", "SCOPE", "one breaker", cmdShow},
+	{"isolate", "SCOPE --reason TEXT [--for D]", "reject every call until released (or for D)", cmdControl("isolate")},
+	{"release", "SCOPE [--reason TEXT]", "back to closed, new generation, empty window", cmdControl("release")},
+	{"disable", "SCOPE --reason TEXT", "admit every call, never trip", cmdControl("disable")},
+	{"enable", "SCOPE [--reason TEXT]", "back under the rules", cmdControl("enable")},
+	{"watch", "[SCOPE...]", "print transitions as they happen", cmdWatch},
+}
 
-commands:
-  list                                   every breaker, as a table
-  show SCOPE                             one breaker
-  isolate SCOPE --reason TEXT [--for D]  reject every call until released (or for D)
-  release SCOPE [--reason TEXT]          back to closed, new generation, empty window
-  disable SCOPE --reason TEXT            admit every call, never trip
-  enable SCOPE [--reason TEXT]           back under the rules
-  watch [SCOPE...]                       print transitions as they happen
-
-Run "cbctl COMMAND --help" for the flags. Exit status: 0 ok, 1 error,
-2 usage, 3 scope not found, 4 change not confirmed by any replica.
-`
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
 
 // run runs one command and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stderr, usage)
-		if len(args) == 0 {
-			return exitUsage
+	// The flags every command takes may come before the command too; the
+	// command parses them again, with its own.
+	g := &env{stdout: stdout, stderr: stderr, getenv: getenv}
+	fs := g.flags()
+	showVersion := fs.Bool("version", false, "print the version cbctl was built from")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			writeUsage(stdout, fs)
+			return exitOK
 		}
-		return exitOK
-	}
-	name := args[0]
-	cmd, ok := commands[name]
-	if !ok {
-		fmt.Fprintf(stderr, "cbctl: unknown command %q\n%s", name, usage)
+		fmt.Fprintf(stderr, "cbctl: %s (before the command go the flags every command takes; see cbctl --help)\n", flagError(err))
 		return exitUsage
 	}
-	e := &env{name: name, stdout: stdout, stderr: stderr, getenv: getenv}
-	err := cmd(ctx, e, args[1:])
+	if *showVersion {
+		fmt.Fprintf(stdout, "cbctl %s\n", version())
+		return exitOK
+	}
+	rest := fs.Args()
+	lead := args[: len(args)-len(rest) : len(args)-len(rest)]
+	if n := len(lead); n > 0 && lead[n-1] == "--" {
+		lead = lead[:n-1]
+	}
+	if len(rest) == 0 {
+		writeUsage(stderr, fs)
+		return exitUsage
+	}
+	name, rest := rest[0], rest[1:]
+	if name == "help" {
+		switch {
+		case len(rest) == 0:
+			writeUsage(stdout, fs)
+			return exitOK
+		case len(rest) == 1 && lookup(rest[0]) != nil:
+			name, rest = rest[0], []string{"--help"}
+		default:
+			fmt.Fprintf(stderr, "cbctl: help: unknown command %q (see cbctl --help)\n", strings.Join(rest, " "))
+			return exitUsage
+		}
+	}
+	cmd := lookup(name)
+	if cmd == nil {
+		fmt.Fprintf(stderr, "cbctl: unknown command %q (see cbctl --help)\n", name)
+		return exitUsage
+	}
+	e := &env{name: name, cmd: cmd, stdout: stdout, stderr: stderr, getenv: getenv}
+	err := cmd.run(ctx, e, append(lead, rest...))
 	if e.client != nil {
 		e.client.Close()
 	}

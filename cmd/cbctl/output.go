@@ -78,6 +78,10 @@ func writeDetail(w io.Writer, s coordinator.Snapshot) error {
 			row("for", s.Operator.For)
 		}
 	}
+	if t := s.LastTrip; !t.At.IsZero() {
+		row("last trip", fmt.Sprintf("%s gen %d: %s", formatTime(t.At), t.Generation, t.Reason))
+		row("window at the trip", fmt.Sprintf("%d calls, %d failures, %d slow", t.Calls, t.Failures, t.Slow))
+	}
 	return tw.Flush()
 }
 
@@ -114,6 +118,7 @@ type snapshotJSON struct {
 	ProbeSuccesses      int       `json:"probe_successes"`
 	ForcedAt            string    `json:"forced_at,omitempty"`
 	Operator            *noteJSON `json:"operator,omitempty"`
+	LastTrip            *tripJSON `json:"last_trip,omitempty"`
 }
 
 type transitionJSON struct {
@@ -125,13 +130,34 @@ type transitionJSON struct {
 	Reason     string `json:"reason"`
 }
 
+// resultJSON is what an operator's command did. Changed: it made a
+// transition, or replaced the note or end of a breaker already isolated
+// (disabled), which Updated then tells.
 type resultJSON struct {
 	Scope      string          `json:"scope"`
 	Changed    bool            `json:"changed"`
 	State      string          `json:"state"`
 	Generation uint64          `json:"generation"`
 	Transition *transitionJSON `json:"transition"`
+	Updated    *updateJSON     `json:"updated,omitempty"`
 	Replicas   replicasJSON    `json:"replicas"`
+}
+
+// updateJSON is an update: each field only when it changed.
+type updateJSON struct {
+	Note      *noteUpdateJSON `json:"note,omitempty"`
+	OpenUntil *timeUpdateJSON `json:"open_until,omitempty"`
+}
+
+type noteUpdateJSON struct {
+	From noteJSON `json:"from"`
+	To   noteJSON `json:"to"`
+}
+
+// timeUpdateJSON holds "" for no end: until released.
+type timeUpdateJSON struct {
+	From string `json:"from"`
+	To   string `json:"to"`
 }
 
 // replicasJSON is coordinator.Replication: wanted 0 when there was nothing
@@ -157,10 +183,108 @@ func toJSON(s coordinator.Snapshot) snapshotJSON {
 		ForcedAt: jsonTime(s.ForcedAt),
 	}
 	if !s.ForcedAt.IsZero() {
-		out.Operator = &noteJSON{By: s.Operator.By, Reason: s.Operator.Reason}
-		if s.Operator.For > 0 {
-			out.Operator.For = s.Operator.For.String()
-		}
+		n := toNoteJSON(s.Operator)
+		out.Operator = &n
+	}
+	if t := s.LastTrip; !t.At.IsZero() {
+		out.LastTrip = &tripJSON{At: jsonTime(t.At), Reason: t.Reason, Generation: t.Generation,
+			Calls: t.Calls, Failures: t.Failures, Slow: t.Slow}
+	}
+	return out
+}
+
+// tripJSON is why and when the breaker last opened by its rules.
+type tripJSON struct {
+	At         string `json:"at"`
+	Reason     string `json:"reason"`
+	Generation uint64 `json:"generation"`
+	Calls      int    `json:"calls"`
+	Failures   int    `json:"failures"`
+	Slow       int    `json:"slow"`
+}
+
+func toNoteJSON(n coordinator.Note) noteJSON {
+	out := noteJSON{By: n.By, Reason: n.Reason}
+	if n.For > 0 {
+		out.For = n.For.String()
+	}
+	return out
+}
+
+// update is what isolate of an isolated breaker, or disable of a disabled
+// one, replaced: they make no transition.
+type update struct {
+	noteFrom, noteTo   coordinator.Note
+	untilFrom, untilTo time.Time
+	note, until        bool // whether each changed
+}
+
+// updated compares the breaker before and after such a command.
+func updated(before, after coordinator.Snapshot) update {
+	return update{
+		noteFrom: before.Operator, noteTo: after.Operator, note: before.Operator != after.Operator,
+		untilFrom: before.OpenUntil, untilTo: after.OpenUntil, until: !before.OpenUntil.Equal(after.OpenUntil),
+	}
+}
+
+// resultLine is what an operator's command did, on one line: its
+// transition, what it updated, or "unchanged".
+func resultLine(scope string, res coordinator.Result, u update) string {
+	switch {
+	case res.Transition != nil:
+		return transitionLine(*res.Transition)
+	case !u.note && !u.until:
+		return fmt.Sprintf("unchanged: %s is %v in generation %d", quoteScope(scope), res.State, res.Generation)
+	}
+	var what []string
+	if u.note {
+		what = append(what, fmt.Sprintf("note %q -> %q", noteText(u.noteFrom), noteText(u.noteTo)))
+	}
+	if u.until {
+		what = append(what, "ends "+endText(u.untilFrom)+" -> "+endText(u.untilTo))
+	}
+	return fmt.Sprintf("updated: %s stays %v in generation %d: %s", quoteScope(scope), res.State, res.Generation, strings.Join(what, "; "))
+}
+
+// noteText is a note in full: "by alice for 10m0s: outage".
+func noteText(n coordinator.Note) string {
+	var b []string
+	if n.By != "" {
+		b = append(b, "by "+n.By)
+	}
+	if n.For > 0 {
+		b = append(b, "for "+n.For.String())
+	}
+	s := strings.Join(b, " ")
+	if s == "" {
+		return n.Reason
+	}
+	return s + ": " + n.Reason
+}
+
+func endText(t time.Time) string {
+	if t.IsZero() {
+		return "when released"
+	}
+	return formatTime(t)
+}
+
+func toResultJSON(scope string, res coordinator.Result, u update) resultJSON {
+	out := resultJSON{Scope: scope, Changed: res.Transition != nil || u.note || u.until,
+		State: res.State.String(), Generation: res.Generation,
+		Replicas: replicasJSON{Wanted: res.Replicas.Wanted, Confirmed: res.Replicas.Confirmed}}
+	if res.Transition != nil {
+		t := toTransitionJSON(*res.Transition)
+		out.Transition = &t
+	}
+	if u.note || u.until {
+		out.Updated = &updateJSON{}
+	}
+	if u.note {
+		out.Updated.Note = &noteUpdateJSON{From: toNoteJSON(u.noteFrom), To: toNoteJSON(u.noteTo)}
+	}
+	if u.until {
+		out.Updated.OpenUntil = &timeUpdateJSON{From: jsonTime(u.untilFrom), To: jsonTime(u.untilTo)}
 	}
 	return out
 }

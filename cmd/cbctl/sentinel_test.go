@@ -59,7 +59,7 @@ func TestCLIUnconfirmed(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	f := newFleet(t, s.FailoverClient(t))
 	c := sentinelCLI(t, s)
-	c.wantChange(f, "svc/b", "closed -> disabled gen %d", "disable", "svc/b", "--reason", "flapping")
+	c.wantChange(f, "svc/b", "closed -> disabled gen %d", "disable", "svc/b", "--reason", "flapping", "--create")
 	c.wantReplicas(0, "cbctl: enable: note: confirmed by 1 of 2 replicas within 200ms; a failover to another may lose it",
 		replicasJSON{Wanted: 2, Confirmed: 1}, "enable", "svc/b", "--replicas", "2", "--replica-timeout", "200ms")
 
@@ -88,7 +88,7 @@ func TestCLISentinelUsage(t *testing.T) {
 		{[]string{"--master", "m"}, `cbctl: list: --master "m": it names a master the Sentinels monitor; give --sentinel too`},
 		{[]string{"--sentinel", "127.0.0.1:1", "--master", "m", "--cluster"}, "cbctl: list: --cluster and --sentinel: "},
 		{[]string{"--sentinel", "127.0.0.1:1", "--master", "m", "--addr", srv.Addr()}, "cbctl: list: --addr and --sentinel: give one of them"},
-		{[]string{"--replicas", "1"}, "flag provided but not defined: -replicas"},
+		{[]string{"--replicas", "1"}, "flag provided but not defined: --replicas"},
 	} {
 		none.want(2, "", u.want, append([]string{"list"}, u.args...)...)
 	}

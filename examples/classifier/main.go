@@ -10,8 +10,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
+	"os"
+	"slices"
+	"text/tabwriter"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -49,9 +53,17 @@ func classify(ctx context.Context, method string, err error) cbgrpc.Class {
 }
 
 func main() {
+	if err := demo(os.Stdout); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// demo calls each method 40 times through one Breaker and writes what
+// became of the calls to w, as a table.
+func demo(w io.Writer) error {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	srv := grpc.NewServer()
 	testgrpc.RegisterTestServiceServer(srv, notFound{})
@@ -62,7 +74,7 @@ func main() {
 	policy.MinCalls = 10
 	breaker, err := cbgrpc.New(memory.New(), cbgrpc.WithPolicy(policy), cbgrpc.WithClassifier(classify))
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer breaker.Close()
 	conn, err := grpc.NewClient(lis.Addr().String(),
@@ -70,27 +82,69 @@ func main() {
 		grpc.WithUnaryInterceptor(breaker.UnaryClientInterceptor()),
 	)
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer conn.Close()
 	client := testgrpc.NewTestServiceClient(conn)
 	ctx := context.Background()
 
-	fmt.Println("Both methods answer NotFound to every call; the breaker trips at 50% failures over 10 calls.")
-	report := func(name string, call func() error) {
-		counts := map[string]int{}
-		for range 40 {
-			err := call()
-			switch {
-			case errors.Is(err, cbgrpc.ErrOpen):
-				counts["rejected by the breaker"]++
-			default:
-				counts["answered "+status.Code(err).String()]++
+	fmt.Fprintf(w, "Both methods answer NotFound to every call; the breaker trips at 50%% failures over %d calls.\n\n", policy.MinCalls)
+	rows := []outcomes{
+		count("EmptyCall", func() error { _, err := client.EmptyCall(ctx, &testpb.Empty{}); return err }),
+		count("UnaryCall", func() error { _, err := client.UnaryCall(ctx, &testpb.SimpleRequest{}); return err }),
+	}
+	if err := writeTable(w, rows); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nEmptyCall's NotFounds are answers (successes); UnaryCall's are failures, so its breaker opened.")
+	return nil
+}
+
+// outcomes is what became of one method's calls: how many the server
+// answered with each code, and how many the breaker rejected.
+type outcomes struct {
+	method   string
+	calls    int
+	answered map[codes.Code]int
+	rejected int
+}
+
+func count(method string, call func() error) outcomes {
+	o := outcomes{method: method, answered: map[codes.Code]int{}}
+	for range 40 {
+		o.calls++
+		if err := call(); errors.Is(err, cbgrpc.ErrOpen) {
+			o.rejected++
+		} else {
+			o.answered[status.Code(err)]++
+		}
+	}
+	return o
+}
+
+// writeTable writes one row per method, with a column per code answered.
+func writeTable(w io.Writer, rows []outcomes) error {
+	var answered []codes.Code
+	for _, r := range rows {
+		for c := range r.answered {
+			if !slices.Contains(answered, c) {
+				answered = append(answered, c)
 			}
 		}
-		fmt.Printf("%-10s 40 calls: %v\n", name, counts)
 	}
-	report("EmptyCall", func() error { _, err := client.EmptyCall(ctx, &testpb.Empty{}); return err })
-	report("UnaryCall", func() error { _, err := client.UnaryCall(ctx, &testpb.SimpleRequest{}); return err })
-	fmt.Println("EmptyCall's NotFounds are answers (successes); UnaryCall's are failures, so its breaker opened.")
+	slices.Sort(answered)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprint(tw, "method\tcalls\t")
+	for _, c := range answered {
+		fmt.Fprintf(tw, "answered %v\t", c)
+	}
+	fmt.Fprint(tw, "rejected by the breaker\n")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t", r.method, r.calls)
+		for _, c := range answered {
+			fmt.Fprintf(tw, "%d\t", r.answered[c])
+		}
+		fmt.Fprintf(tw, "%d\n", r.rejected)
+	}
+	return tw.Flush()
 }

@@ -8,6 +8,10 @@
 //	go run ./examples/fleet                       # one shared in-process coordinator
 //	go run ./examples/fleet -redis 127.0.0.1:6379 # the fleet shares a Redis
 //	go run ./examples/fleet -sentinel 127.0.0.1:26379 -master mymaster # found through Sentinel
+//
+// With Redis, each run keeps its breakers under a prefix of its own
+// ("cbgrpc-fleet-<time>:"), and deletes every key under it when it ends,
+// also on Ctrl-C (a second Ctrl-C ends it at once, leaving the keys).
 package main
 
 import (
@@ -17,9 +21,12 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -57,6 +64,21 @@ func (d *dependency) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, e
 
 func main() {
 	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A second Ctrl-C ends the program at once.
+	context.AfterFunc(ctx, stop)
+	err := demo(ctx)
+	stop()
+	switch {
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintln(os.Stderr, "interrupted")
+		os.Exit(130)
+	case err != nil:
+		log.Fatal(err)
+	}
+}
+
+func demo(ctx context.Context) error {
 	// The default policy: trip at 50% failures over at least 20 calls in
 	// the window. Stay open longer than the run, so no probe blurs the count.
 	policy := coordinator.DefaultPolicy()
@@ -70,24 +92,81 @@ func main() {
 	what := "one in-process coordinator"
 	if newClient, where := redisClient(); newClient != nil {
 		what = "Redis " + where
-		// Its own client per replica, as separate processes would have.
+		admin := newClient()
+		defer admin.Close()
+		if err := admin.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("redis %s: %w", where, err)
+		}
+		// A prefix per run keeps runs apart; the open breakers' keys
+		// outlive the run, so it deletes them (after the replicas' last
+		// writes: run closes every Breaker before it returns).
 		prefix := fmt.Sprintf("cbgrpc-fleet-%d:", time.Now().UnixNano())
-		shared = func(int) coordinator.Coordinator {
-			rdb := newClient()
-			if err := rdb.Ping(context.Background()).Err(); err != nil {
-				log.Fatalf("redis %s: %v", where, err)
+		defer func() {
+			n, err := deleteKeys(admin, prefix)
+			if err != nil {
+				log.Printf("deleting the keys under %q from redis %s: %v", prefix, where, err)
+				return
 			}
+			fmt.Printf("Deleted the %d keys under %q from Redis %s.\n", n, prefix, where)
+		}()
+		var clients []*goredis.Client
+		defer func() {
+			for _, c := range clients {
+				c.Close()
+			}
+		}()
+		shared = func(int) coordinator.Coordinator {
+			// Its own client per replica, as separate processes would have.
+			rdb := newClient()
+			clients = append(clients, rdb)
 			return cbredis.New(rdb, cbredis.WithPrefix(prefix))
 		}
 	} else {
 		m := memory.New()
 		shared = func(int) coordinator.Coordinator { return m }
 	}
-	one := run("Shared breaker ("+what+")", policy, shared)
-	each := run("A breaker per replica", policy, func(int) coordinator.Coordinator { return memory.New() })
-
+	one, err := run(ctx, "Shared breaker ("+what+")", policy, shared)
+	if err != nil {
+		return err
+	}
+	each, err := run(ctx, "A breaker per replica", policy, func(int) coordinator.Coordinator { return memory.New() })
+	if err != nil {
+		return err
+	}
 	fmt.Printf("The dependency absorbed %d failing calls with the shared breaker and %d with a breaker per replica (%.1fx).\n",
 		one, each, float64(each)/float64(max(one, 1)))
+	return nil
+}
+
+// deleteKeys deletes every key under prefix and says how many there were.
+// It has a context of its own: the run's is cancelled on Ctrl-C.
+func deleteKeys(rdb *goredis.Client, prefix string) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var deleted int64
+	var batch []string
+	flush := func() error {
+		n, err := rdb.Unlink(ctx, batch...).Result()
+		deleted += n
+		batch = batch[:0]
+		return err
+	}
+	// The prefix holds no glob character: "cbgrpc-fleet-<digits>:".
+	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		if batch = append(batch, iter.Val()); len(batch) == 1000 {
+			if err := flush(); err != nil {
+				return deleted, err
+			}
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return deleted, err
+	}
+	if len(batch) > 0 {
+		return deleted, flush()
+	}
+	return deleted, nil
 }
 
 // redisClient returns how to make a client of the Redis the flags name, and
@@ -111,13 +190,13 @@ func redisClient() (func() *goredis.Client, string) {
 }
 
 // run starts the replicas with a coordinator each from coord, lets them
-// call until every one of them has been stopped by its breaker, and
-// returns how many calls reached the dependency.
-func run(title string, policy coordinator.Policy, coord func(i int) coordinator.Coordinator) int64 {
+// call until every one of them has been stopped by its breaker (or ctx is
+// done), and returns how many calls reached the dependency.
+func run(ctx context.Context, title string, policy coordinator.Policy, coord func(i int) coordinator.Coordinator) (int64, error) {
 	fmt.Println(title)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		log.Fatal(err)
+		return 0, err
 	}
 	srv := grpc.NewServer()
 	dep := &dependency{}
@@ -129,17 +208,20 @@ func run(title string, policy coordinator.Policy, coord func(i int) coordinator.
 	var wg sync.WaitGroup
 	stopped := make([]time.Duration, *replicas)
 	sent := make([]int, *replicas)
+	// Every Breaker is closed, its outcomes recorded, before run returns.
+	defer wg.Wait()
 	for i := range *replicas {
 		breaker, err := cbgrpc.New(coord(i), cbgrpc.WithPolicy(policy))
 		if err != nil {
-			log.Fatal(err)
+			return 0, err
 		}
 		conn, err := grpc.NewClient(lis.Addr().String(),
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithUnaryInterceptor(breaker.UnaryClientInterceptor()),
 		)
 		if err != nil {
-			log.Fatal(err)
+			breaker.Close()
+			return 0, err
 		}
 		client := testgrpc.NewTestServiceClient(conn)
 		wg.Add(1)
@@ -148,22 +230,30 @@ func run(title string, policy coordinator.Policy, coord func(i int) coordinator.
 			defer breaker.Close()
 			defer conn.Close()
 			// Replicas start a little apart, as real ones do.
-			time.Sleep(time.Duration(i) * *every / time.Duration(*replicas))
+			pause := time.Duration(i) * *every / time.Duration(*replicas)
 			for time.Since(start) < 30*time.Second {
-				_, err := client.EmptyCall(context.Background(), &testpb.Empty{})
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(pause):
+				}
+				_, err := client.EmptyCall(ctx, &testpb.Empty{})
 				if errors.Is(err, cbgrpc.ErrOpen) {
 					stopped[i] = time.Since(start)
 					return
 				}
 				sent[i]++
-				time.Sleep(*every)
+				pause = *every
 			}
 		}()
 	}
 	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	for i := range *replicas {
 		fmt.Printf("  replica %d: %3d calls reached the dependency, stopped by its breaker at %v\n", i, sent[i], stopped[i].Round(time.Millisecond))
 	}
 	fmt.Printf("  => %d failing calls absorbed\n\n", dep.absorbed.Load())
-	return dep.absorbed.Load()
+	return dep.absorbed.Load(), nil
 }
