@@ -44,8 +44,12 @@
 //     [WithCoordinatorFailure] ([FailOpen] by default). After a failure the
 //     coordinator is left alone for [WithCoordinatorBackoff].
 //   - Telemetry: every transition this process causes is a span
-//     (cbgrpc.transition); a rejection and a decision taken without the
-//     coordinator are events on the caller's span; metrics count decisions,
-//     transitions, dropped outcomes, and coordinator latency and errors. See
-//     [WithTracerProvider] and [WithMeterProvider].
+//     (cbgrpc.transition) in the trace of the call that caused it; a
+//     rejected call gets a client span of its own ([WithRejectedCallSpans]);
+//     a rejection and a decision taken without the coordinator are events
+//     on the caller's span; metrics count decisions, transitions, dropped
+//     outcomes, and coordinator latency and errors, and a gauge
+//     (cbgrpc.state) tells each scope's state. See [WithTracerProvider] and
+//     [WithMeterProvider]. [WithOnTransition] calls a function of yours
+//     with every transition this process learns of.
 package cbgrpc

@@ -173,3 +173,48 @@ func ExampleWithScope() {
 	// "users:/users.v1.Users"
 	// ""
 }
+
+func ExampleWithOnTransition() {
+	addr, stop := server(codes.Unavailable)
+	defer stop()
+
+	// The callback runs off the calls' path, in a goroutine of the
+	// Breaker's: here it hands each transition to the code that acts on it
+	// (a log line, an alert).
+	transitions := make(chan coordinator.Transition, 16)
+	policy := coordinator.DefaultPolicy()
+	policy.MinCalls = 4
+	breaker, err := cbgrpc.New(memory.New(), cbgrpc.WithPolicy(policy),
+		cbgrpc.WithOnTransition(func(t coordinator.Transition) { transitions <- t }))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer breaker.Close()
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(breaker.UnaryClientInterceptor()),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	client := testgrpc.NewTestServiceClient(conn)
+
+	untilRejected(func() error {
+		_, err := client.EmptyCall(context.Background(), &testpb.Empty{})
+		return err
+	})
+	t := <-transitions
+	fmt.Println("EmptyCall:", t.From, "->", t.To)
+
+	// An operator's command through the Breaker is a transition too.
+	note := coordinator.Note{By: "alice", Reason: "INC-42: payments migration"}
+	if _, err := breaker.Isolate(context.Background(), "payments", note); err != nil {
+		log.Fatal(err)
+	}
+	t = <-transitions
+	fmt.Println(t.Scope+":", t.From, "->", t.To)
+	// Output:
+	// EmptyCall: closed -> open
+	// payments: closed -> isolated
+}

@@ -93,7 +93,8 @@ func (h *health) abandoned() { h.trying.Store(false) }
 // closed is rejected, others follow the failure policy. There is
 // deliberately no local breaker to fall back on: it would be the
 // per-replica breaker the shared one replaces, at the worst moment.
-func (b *Breaker) decideWithout(ctx context.Context, scope string, cause error) (ticket, error) {
+func (b *Breaker) decideWithout(ctx context.Context, c call, cause error) (ticket, error) {
+	scope := c.scope
 	retry := b.health.backoffLeft()
 	var e *OpenError
 	by := byFailurePolicy
@@ -110,10 +111,10 @@ func (b *Breaker) decideWithout(ctx context.Context, scope string, cause error) 
 	if e != nil {
 		verdict = coordinator.Reject
 	}
-	b.tel.decision(ctx, scope, verdict, by)
+	b.tel.decision(ctx, scope, c.method, verdict, by)
 	coordinatorFailure(ctx, scope, verdict, by, b.cfg.failure, cause)
 	if e != nil {
-		rejected(ctx, e)
+		b.tel.rejected(ctx, c.method, c.start, e, by)
 		return ticket{}, e
 	}
 	return ticket{scope: scope, fate: unadmitted}, nil

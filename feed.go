@@ -19,11 +19,13 @@ const feedRetry = time.Second
 // those the table forgets), and hands every transition it hears to the
 // table like any other answer. The table trusts an answer for admissions
 // only while the connection that followed its scope lives; when one breaks,
-// the next starts over.
+// the next starts over. Every transition also goes to tell, for the
+// callback of [WithOnTransition].
 type feed struct {
 	w    coordinator.Watcher
 	k    *knowledge
-	lost func(error) // a connection could not be opened, or broke
+	tell func(coordinator.Transition) // every transition, after the table learned it
+	lost func(error)                  // a connection could not be opened, or broke
 	// epochs numbers the connections, from 1; only run touches it.
 	epochs uint64
 	// closing counts the connections being closed: closing one may wait
@@ -103,6 +105,7 @@ func (f *feed) serve(ctx context.Context) {
 			return
 		}
 		f.k.learn(epoch, t.Scope, heard(t), time.Now())
+		f.tell(t)
 	}
 }
 

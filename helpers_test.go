@@ -29,6 +29,9 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
+// testMethod is the method of calls a test admits without making them.
+const testMethod = "/grpc.testing.TestService/EmptyCall"
+
 // service is a TestService whose answers the test sets: every method
 // fails with err() when it is non-nil, and counts the calls that reached it.
 type service struct {
@@ -433,33 +436,62 @@ func newMetrics() *metrics {
 	return &metrics{reader: r, mp: sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))}
 }
 
-// sum adds up the counter name over the points whose attributes include
-// every one of attrs.
-func (m *metrics) sum(t testing.TB, name string, attrs ...attribute.KeyValue) int64 {
+// collect returns every metric measured so far.
+func (m *metrics) collect(t testing.TB) []metricdata.Metrics {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := m.reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	var total int64
+	var all []metricdata.Metrics
 	for _, sm := range rm.ScopeMetrics {
-		for _, mt := range sm.Metrics {
-			if mt.Name != name {
-				continue
-			}
-			data, ok := mt.Data.(metricdata.Sum[int64])
-			if !ok {
-				t.Fatalf("%s is %T, not an int64 sum", name, mt.Data)
-			}
-		points:
-			for _, dp := range data.DataPoints {
-				for _, a := range attrs {
-					if v, ok := dp.Attributes.Value(a.Key); !ok || v != a.Value {
-						continue points
-					}
+		all = append(all, sm.Metrics...)
+	}
+	return all
+}
+
+// states reads the cbgrpc.state gauge: the value of each scope it has a
+// point for.
+func (m *metrics) states(t testing.TB) map[string]coordinator.State {
+	t.Helper()
+	states := make(map[string]coordinator.State)
+	for _, mt := range m.collect(t) {
+		if mt.Name != "cbgrpc.state" {
+			continue
+		}
+		data, ok := mt.Data.(metricdata.Gauge[int64])
+		if !ok {
+			t.Fatalf("cbgrpc.state is %T, not an int64 gauge", mt.Data)
+		}
+		for _, dp := range data.DataPoints {
+			scope, _ := dp.Attributes.Value(attrScope)
+			states[scope.AsString()] = coordinator.State(dp.Value)
+		}
+	}
+	return states
+}
+
+// sum adds up the counter name over the points whose attributes include
+// every one of attrs.
+func (m *metrics) sum(t testing.TB, name string, attrs ...attribute.KeyValue) int64 {
+	t.Helper()
+	var total int64
+	for _, mt := range m.collect(t) {
+		if mt.Name != name {
+			continue
+		}
+		data, ok := mt.Data.(metricdata.Sum[int64])
+		if !ok {
+			t.Fatalf("%s is %T, not an int64 sum", name, mt.Data)
+		}
+	points:
+		for _, dp := range data.DataPoints {
+			for _, a := range attrs {
+				if v, ok := dp.Attributes.Value(a.Key); !ok || v != a.Value {
+					continue points
 				}
-				total += dp.Value
 			}
+			total += dp.Value
 		}
 	}
 	return total
@@ -497,6 +529,27 @@ func (tr *tracing) transitions(from, to coordinator.State) []sdktrace.ReadOnlySp
 		}
 	}
 	return out
+}
+
+// spans returns the ended spans named name.
+func (tr *tracing) spans(name string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range tr.rec.Ended() {
+		if s.Name() == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// attr returns the value of a span's attribute key, and whether it has it.
+func attr(s sdktrace.ReadOnlySpan, key attribute.Key) (attribute.Value, bool) {
+	for _, a := range s.Attributes() {
+		if a.Key == key {
+			return a.Value, true
+		}
+	}
+	return attribute.Value{}, false
 }
 
 // events returns the events named name of the ended spans.

@@ -29,6 +29,7 @@ type Breaker struct {
 	tel    *telemetry
 	rec    *recorder
 	known  *knowledge
+	notify *notifier
 	health health
 	ids    ids
 
@@ -61,25 +62,26 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	tel, err := newTelemetry(&cfg)
-	if err != nil {
-		return nil, fmt.Errorf("cbgrpc: New: creating metric instruments: %w", err)
-	}
-	b := &Breaker{c: c, cfg: cfg, tel: tel, health: health{backoff: cfg.backoff}}
-	b.ids.prefix = uuid.NewString() + "-"
 	w, watches := c.(coordinator.Watcher)
 	maxAge := cfg.cacheMaxAge
 	if !watches {
 		// Without a feed nothing tells of a trip made elsewhere.
 		maxAge = 0
 	}
-	b.known = newKnowledge(maxAge, cfg.policy.Window)
+	known := newKnowledge(maxAge, cfg.policy.Window)
+	tel, err := newTelemetry(&cfg, known)
+	if err != nil {
+		return nil, fmt.Errorf("cbgrpc: New: creating metric instruments: %w", err)
+	}
+	b := &Breaker{c: c, cfg: cfg, tel: tel, known: known, health: health{backoff: cfg.backoff}}
+	b.ids.prefix = uuid.NewString() + "-"
+	b.notify = newNotifier(cfg.onTransition)
 	b.rec = newRecorder(b)
 	ctx, stop := context.WithCancel(context.Background())
 	b.stop = stop
 	b.goBackground(func() { b.forgetIdle(ctx) })
 	if maxAge > 0 {
-		f := &feed{w: w, k: b.known, lost: func(err error) { b.tel.feedLost(ctx, err) }}
+		f := &feed{w: w, k: b.known, tell: b.notify.tell, lost: func(err error) { b.tel.feedLost(ctx, err) }}
 		b.goBackground(func() { f.run(ctx) })
 	}
 	b.warmUp()
@@ -144,7 +146,10 @@ func mustNew(fn string, c coordinator.Coordinator, opts []Option) *Breaker {
 // Close returns within a round trip to a working coordinator; a call stuck
 // in a coordinator that ignores deadlines (a paused Redis behind a go-redis
 // client without ContextTimeoutEnabled: up to its 5s ReadTimeout) is waited
-// for. Calls made after Close run unprotected. Close is idempotent.
+// for. The transitions learned by then are passed to the callback of
+// [WithOnTransition], which is not called after Close returns, and the
+// cbgrpc.state gauge stops observing. Calls made after Close run
+// unprotected. Close is idempotent.
 func (b *Breaker) Close() error {
 	b.closeOnce.Do(func() { b.closeErr = b.close() })
 	return b.closeErr
@@ -166,6 +171,13 @@ func (b *Breaker) close() error {
 	}
 	if !waitUntil(&b.admits, deadline) {
 		errs = append(errs, errors.New("admissions still waiting for the coordinator"))
+	}
+	// Last: whatever learns transitions has stopped.
+	if !b.notify.stop(deadline) {
+		errs = append(errs, errors.New("the WithOnTransition callback still running"))
+	}
+	if err := b.tel.stop(); err != nil {
+		errs = append(errs, fmt.Errorf("unregistering the cbgrpc.state gauge: %w", err))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("cbgrpc: Close: after %v: %w", closeTimeout, errors.Join(errs...))
@@ -232,21 +244,29 @@ func (b *Breaker) scopeOf(ctx context.Context, target, method string) string {
 	return b.cfg.scope(ctx, target, method)
 }
 
-// admit decides whether a call of scope runs. A nil error means it runs;
-// otherwise the error is the call's result: a rejection ([*OpenError]) or
-// the caller's own context error.
-func (b *Breaker) admit(ctx context.Context, scope string) (ticket, error) {
+// call is a protected call being admitted.
+type call struct {
+	scope  string
+	method string    // the full method: "/pkg.Service/Method"
+	start  time.Time // when its admission began
+}
+
+// admit decides whether a call of method, in scope, runs. A nil error
+// means it runs; otherwise the error is the call's result: a rejection
+// ([*OpenError]) or the caller's own context error.
+func (b *Breaker) admit(ctx context.Context, scope, method string) (ticket, error) {
 	if !b.enter() {
 		return ticket{}, nil
 	}
 	defer b.admits.Done()
 
 	now := time.Now()
+	c := call{scope: scope, method: method, start: now}
 	if f := b.known.use(scope, now); b.health.trusted() && b.known.answers(f, now) {
-		return b.admitKnown(ctx, scope, f, now)
+		return b.admitKnown(ctx, c, f)
 	}
 	if !b.health.mayAsk() {
-		return b.decideWithout(ctx, scope, nil)
+		return b.decideWithout(ctx, c, nil)
 	}
 	claim := b.ids.next()
 	var d coordinator.Decision
@@ -261,13 +281,13 @@ func (b *Breaker) admit(ctx context.Context, scope string) (ticket, error) {
 			// The caller gave up: its call would have failed the same way.
 			return ticket{}, status.FromContextError(ctx.Err()).Err()
 		}
-		return b.decideWithout(ctx, scope, err)
+		return b.decideWithout(ctx, c, err)
 	}
-	b.tel.decision(ctx, scope, d.Verdict, byCoordinator)
+	b.tel.decision(ctx, scope, method, d.Verdict, byCoordinator)
 	switch d.Verdict {
 	case coordinator.Reject:
 		e := &OpenError{Scope: scope, State: d.State, RetryAfter: d.RetryAfter, Reason: rejectReason(d.State)}
-		rejected(ctx, e)
+		b.tel.rejected(ctx, c.method, c.start, e, byCoordinator)
 		return ticket{}, e
 	case coordinator.Probe:
 		return ticket{scope: scope, fate: probing, gen: d.Generation, claim: claim, start: time.Now()}, nil
@@ -277,14 +297,14 @@ func (b *Breaker) admit(ctx context.Context, scope string) (ticket, error) {
 
 // admitKnown decides a call from what the table knows, without a round
 // trip: the admission cache.
-func (b *Breaker) admitKnown(ctx context.Context, scope string, f fact, now time.Time) (ticket, error) {
+func (b *Breaker) admitKnown(ctx context.Context, c call, f fact) (ticket, error) {
 	if admitsAll(f.state) {
-		b.tel.decision(ctx, scope, coordinator.Allow, byCache)
-		return ticket{scope: scope, fate: recorded, gen: f.gen, start: now}, nil
+		b.tel.decision(ctx, c.scope, c.method, coordinator.Allow, byCache)
+		return ticket{scope: c.scope, fate: recorded, gen: f.gen, start: c.start}, nil
 	}
-	b.tel.decision(ctx, scope, coordinator.Reject, byCache)
-	e := &OpenError{Scope: scope, State: f.state, RetryAfter: f.until.Sub(now), Reason: rejectReason(f.state)}
-	rejected(ctx, e)
+	b.tel.decision(ctx, c.scope, c.method, coordinator.Reject, byCache)
+	e := &OpenError{Scope: c.scope, State: f.state, RetryAfter: f.until.Sub(c.start), Reason: rejectReason(f.state)}
+	b.tel.rejected(ctx, c.method, c.start, e, byCache)
 	return ticket{}, e
 }
 

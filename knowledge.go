@@ -256,6 +256,24 @@ func (k *knowledge) forget(now time.Time) int {
 	return n
 }
 
+// states calls f with what the table knows of each scope's state as of
+// now, as the coordinator would say it: an open period that has ended
+// reads half-open. Scopes of which nothing is known yet are left out.
+func (k *knowledge) states(now time.Time, f func(scope string, s coordinator.State)) {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	for scope, e := range k.scopes {
+		if e.gen == 0 {
+			continue
+		}
+		s := e.state
+		if s == coordinator.StateOpen && !e.until.IsZero() && !now.Before(e.until) {
+			s = coordinator.StateHalfOpen
+		}
+		f(scope, s)
+	}
+}
+
 // size is how many scopes the table holds.
 func (k *knowledge) size() int {
 	k.mu.RLock()

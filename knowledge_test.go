@@ -171,3 +171,27 @@ func TestKnowledgeUnfollowsWhatWasForgottenWhileFollowing(t *testing.T) {
 		t.Errorf("unfollow %v; want [s]", unfollow)
 	}
 }
+
+// The state gauge reads the table as the coordinator would answer now: an
+// open period that has ended reads half-open, and a scope of which
+// nothing is known yet has no state.
+func TestKnowledgeStatesAsOfNow(t *testing.T) {
+	k := newKnowledge(time.Second, time.Minute)
+	now := time.Now()
+	for _, s := range []string{"open", "closed", "unknown"} {
+		k.use(s, now)
+	}
+	k.learn(0, "open", answer{state: open, gen: 2, retryAfter: time.Second}, now)
+	k.learn(0, "closed", answer{state: closed, gen: 1}, now)
+	states := func(at time.Time) map[string]coordinator.State {
+		m := make(map[string]coordinator.State)
+		k.states(at, func(scope string, s coordinator.State) { m[scope] = s })
+		return m
+	}
+	if got := states(now); len(got) != 2 || got["open"] != open || got["closed"] != closed {
+		t.Errorf("during the open period: %v; want open and closed", got)
+	}
+	if got := states(now.Add(time.Second)); got["open"] != halfOpen {
+		t.Errorf("once the open period ended: %v; want half-open", got)
+	}
+}

@@ -97,6 +97,8 @@ type config struct {
 	recordInterval time.Duration
 	queueSize      int
 	scopeInMetrics bool
+	rejectedSpans  bool
+	onTransition   func(coordinator.Transition)
 	cacheMaxAge    time.Duration
 	tp             trace.TracerProvider
 	mp             metric.MeterProvider
@@ -113,6 +115,7 @@ func newConfig(opts []Option) config {
 		backoff:        DefaultCoordinatorBackoff,
 		recordInterval: DefaultRecordInterval,
 		queueSize:      DefaultQueueSize,
+		rejectedSpans:  true,
 		cacheMaxAge:    DefaultAdmissionCacheMaxAge,
 	}
 	for _, m := range defaultExcluded {
@@ -276,8 +279,45 @@ func WithScopeInMetrics() Option {
 	return optionFunc(func(c *config) { c.scopeInMetrics = true })
 }
 
-// WithTracerProvider sets where transition spans go. The default is the
-// global provider (otel.GetTracerProvider); nil is ignored.
+// WithRejectedCallSpans sets whether a rejected call gets a short client
+// span of its own, named "pkg.Service/Method" like otelgrpc's and with the
+// same RPC attributes (rpc.system, rpc.service, rpc.method,
+// rpc.grpc.status_code 14 and an error status), plus the rejection's
+// cbgrpc.* attributes. On by default: the breaker runs above otelgrpc's
+// stats handler, so without it a rejected call, never sent, shows in no
+// trace. Off, a rejection is still an event on the caller's span.
+func WithRejectedCallSpans(on bool) Option {
+	return optionFunc(func(c *config) { c.rejectedSpans = on })
+}
+
+// WithOnTransition calls f with every breaker transition this process
+// learns of: those its own coordinator calls make (admissions, Records,
+// probe settlements, an operator's command through [Breaker.Isolate] and
+// the like) and those the coordinator's transition feed reports from the
+// rest of the fleet (the feed runs while the admission cache is on; see
+// [WithAdmissionCache]). nil is ignored.
+//
+// f runs in a goroutine of its own, never on a call's path, one transition
+// at a time. Delivery is at least once per process: a transition heard
+// both as an answer and from the feed is passed once when the two arrive
+// close together, but may be passed twice. Transitions arrive in the
+// order this process learns of them, which may differ from the order they
+// were made, across scopes and, rarely, within one: order a scope's
+// transitions by Generation. A callback more than 1024 transitions behind
+// loses the newer ones, each reported to the OpenTelemetry error handler
+// (otel.Handle), as is a panic of f, which is recovered. f is not called
+// after [Breaker.Close] returns: Close delivers the transitions still
+// queued, waiting for f up to its own time limit.
+func WithOnTransition(f func(coordinator.Transition)) Option {
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.onTransition = f
+		}
+	})
+}
+
+// WithTracerProvider sets where transition and rejected-call spans go. The
+// default is the global provider (otel.GetTracerProvider); nil is ignored.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return optionFunc(func(c *config) {
 		if tp != nil {

@@ -43,9 +43,12 @@ func TestNewNamesTheBadOption(t *testing.T) {
 }
 
 func TestWithIgnoresNil(t *testing.T) {
-	b := newBreaker(t, memory.New(), nil, WithScope(nil), WithClassifier(nil), WithTracerProvider(nil), WithMeterProvider(nil))
+	b := newBreaker(t, memory.New(), nil, WithScope(nil), WithClassifier(nil), WithTracerProvider(nil), WithMeterProvider(nil), WithOnTransition(nil))
 	if b.cfg.scope == nil || b.cfg.classifier == nil || b.cfg.tp == nil || b.cfg.mp == nil {
 		t.Fatal("a nil option replaced a default")
+	}
+	if b.notify != nil {
+		t.Error("WithOnTransition(nil) started a notifier")
 	}
 }
 

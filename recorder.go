@@ -26,7 +26,9 @@ type item struct {
 // batch is what the recorder holds for one scope.
 type batch struct {
 	outcomes []coordinator.Outcome
-	links    []trace.Link
+	// callers are the span contexts of the calls of outcomes, one each; nil
+	// while none of them was traced.
+	callers  []trace.SpanContext
 	urgent   bool // holds a failure: send as soon as nothing is in flight
 	inflight bool // a Record of this scope is running
 }
@@ -136,9 +138,12 @@ func (r *recorder) take(it item) {
 		r.b.tel.drop(it.scope, dropQueueFull, 1)
 		return
 	}
+	if it.caller.IsValid() && bt.callers == nil {
+		bt.callers = make([]trace.SpanContext, len(bt.outcomes), cap(bt.outcomes))
+	}
 	bt.outcomes = append(bt.outcomes, it.outcome)
-	if it.caller.IsValid() && len(bt.links) < maxLinks {
-		bt.links = append(bt.links, trace.Link{SpanContext: it.caller})
+	if bt.callers != nil {
+		bt.callers = append(bt.callers, it.caller)
 	}
 	if it.outcome.Failure {
 		bt.urgent = true
@@ -165,8 +170,12 @@ func (r *recorder) send(scope string, bt *batch) {
 	outcomes := make([]coordinator.Outcome, n)
 	copy(outcomes, bt.outcomes)
 	bt.outcomes = append(bt.outcomes[:0], bt.outcomes[n:]...)
-	links := bt.links
-	bt.links = nil
+	var callers []trace.SpanContext
+	if bt.callers != nil {
+		callers = make([]trace.SpanContext, n)
+		copy(callers, bt.callers)
+		bt.callers = append(bt.callers[:0], bt.callers[n:]...)
+	}
 	bt.urgent = false
 	for _, o := range bt.outcomes {
 		if o.Failure {
@@ -179,7 +188,7 @@ func (r *recorder) send(scope string, bt *batch) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		r.record(scope, outcomes, links)
+		r.record(scope, outcomes, callers)
 		select {
 		case r.done <- scope:
 		case <-r.stopped:
@@ -187,7 +196,7 @@ func (r *recorder) send(scope string, bt *batch) {
 	}()
 }
 
-func (r *recorder) record(scope string, outcomes []coordinator.Outcome, links []trace.Link) {
+func (r *recorder) record(scope string, outcomes []coordinator.Outcome, callers []trace.SpanContext) {
 	b := r.b
 	if b.health.inBackoff() {
 		b.tel.drop(scope, dropBackoff, len(outcomes))
@@ -196,7 +205,10 @@ func (r *recorder) record(scope string, outcomes []coordinator.Outcome, links []
 	// The same ID on the retry: a Record that did land before its answer
 	// was lost then counts once.
 	ctx := coordinator.WithBatchID(context.Background(), b.ids.next())
-	_, err := b.roundTrip(ctx, trip{op: "record", scope: scope, timeout: b.cfg.timeout, wg: &r.wg, links: links},
+	cause := func(a answer) (trace.SpanContext, []trace.Link) {
+		return blame(outcomes, callers, a, b.cfg.policy)
+	}
+	_, err := b.roundTrip(ctx, trip{op: "record", scope: scope, timeout: b.cfg.timeout, wg: &r.wg, cause: cause},
 		func(ctx context.Context) (answer, error) {
 			res, err := b.c.Record(ctx, scope, b.cfg.policy, outcomes)
 			return resulted(res), err
@@ -221,8 +233,8 @@ func (r *recorder) settle(it item) {
 		}
 		// The probe causes what its settlement does: a transition span is
 		// the probe call's child.
-		probe := trace.ContextWithSpanContext(context.Background(), it.caller)
-		_, err := b.roundTrip(context.Background(), trip{op: "settle", scope: it.scope, timeout: b.cfg.timeout, wg: &r.wg, span: probe},
+		probe := func(answer) (trace.SpanContext, []trace.Link) { return it.caller, nil }
+		_, err := b.roundTrip(context.Background(), trip{op: "settle", scope: it.scope, timeout: b.cfg.timeout, wg: &r.wg, cause: probe},
 			func(ctx context.Context) (answer, error) {
 				res, err := b.c.Settle(ctx, it.scope, b.cfg.policy, it.claim, it.outcome)
 				return resulted(res), err
@@ -285,4 +297,89 @@ func (r *recorder) flush() {
 			return
 		}
 	}
+}
+
+// blame returns the span context of the call that caused the transition a
+// Record of outcomes made, the transition span's parent, and links to the
+// other traced calls of the batch, up to maxLinks. callers[i] made
+// outcomes[i]; callers is nil when no call was traced. The cause of a trip
+// is the failing (or slow) call whose outcome tipped the window, or the
+// last one counted before it, so that the trip shows in the trace of a
+// request that failed; a sampled one first, so that the trip is kept. With
+// none traced, it is the call that tipped the window (a success that
+// brought it to MinCalls), which may be untraced: a root span.
+func blame(outcomes []coordinator.Outcome, callers []trace.SpanContext, a answer, p coordinator.Policy) (trace.SpanContext, []trace.Link) {
+	if len(callers) != len(outcomes) {
+		return trace.SpanContext{}, nil
+	}
+	last, gen, ok := tip(outcomes, a)
+	if !ok {
+		last, gen = len(outcomes)-1, 0
+	}
+	counted := func(i int) bool {
+		o := outcomes[i]
+		return (gen == 0 || o.Generation == gen) && (o.Failure || p.IsSlow(o.Duration))
+	}
+	cause := -1
+	for i := last; i >= 0 && cause < 0; i-- {
+		if counted(i) && callers[i].IsSampled() {
+			cause = i
+		}
+	}
+	for i := last; i >= 0 && cause < 0; i-- {
+		if counted(i) && callers[i].IsValid() {
+			cause = i
+		}
+	}
+	if cause < 0 {
+		cause = last
+	}
+	var links []trace.Link
+	for i, sc := range callers {
+		if len(links) == maxLinks {
+			break
+		}
+		if i != cause && sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	return callers[cause], links
+}
+
+// tip returns the index in outcomes of the outcome after which a Record
+// tripped the breaker, and the generation it counted. The coordinator
+// applies a batch in order; the outcomes after the trip are stale, as are
+// those of another generation than the closed one, the highest below the
+// trip's. ok is false when the answer is no trip, or its stale count does
+// not add up.
+func tip(outcomes []coordinator.Outcome, a answer) (i int, gen uint64, ok bool) {
+	tr := a.transition
+	if tr == nil || tr.From != coordinator.StateClosed || tr.To != coordinator.StateOpen {
+		return 0, 0, false
+	}
+	for _, o := range outcomes {
+		if o.Generation < tr.Generation && o.Generation > gen {
+			gen = o.Generation
+		}
+	}
+	counted := 0
+	for _, o := range outcomes {
+		if o.Generation == gen {
+			counted++
+		}
+	}
+	after := a.stale - (len(outcomes) - counted) // counted outcomes after the trip: stale with it
+	if gen == 0 || after < 0 || after >= counted {
+		return 0, 0, false
+	}
+	for i := len(outcomes) - 1; i >= 0; i-- {
+		if outcomes[i].Generation != gen {
+			continue
+		}
+		if after == 0 {
+			return i, gen, true
+		}
+		after--
+	}
+	return 0, 0, false
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
@@ -172,7 +173,7 @@ func TestOutcomeRacingCloseIsNeverLost(t *testing.T) {
 	mt := newMetrics()
 	b := newBreaker(t, tc, WithPolicy(quietPolicy()), WithRecordInterval(time.Hour), WithMeterProvider(mt.mp))
 	ctx := context.Background()
-	tk, err := b.admit(ctx, "close/race")
+	tk, err := b.admit(ctx, "close/race", testMethod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,5 +196,103 @@ func TestOutcomeRacingCloseIsNeverLost(t *testing.T) {
 	sent, dropped := tc.recorded.Load(), mt.sum(t, "cbgrpc.outcomes.dropped")
 	if sent != 1 || dropped != 0 {
 		t.Errorf("an outcome added while Close ran: %d sent, %d dropped; want it sent by Close's flush", sent, dropped)
+	}
+}
+
+// blame names the call that caused a Record's trip: the failing (or slow)
+// call whose outcome tipped the window, or the last one counted before it,
+// preferring a sampled trace; and links to the other traced calls.
+func TestBlame(t *testing.T) {
+	const g, trip = 10, 20
+	sampled := func(i byte) trace.SpanContext {
+		return trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{i}, SpanID: trace.SpanID{i}, TraceFlags: trace.FlagsSampled})
+	}
+	unsampled := func(i byte) trace.SpanContext {
+		return trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{i}, SpanID: trace.SpanID{i}})
+	}
+	ok := coordinator.Outcome{Generation: g}
+	fail := coordinator.Outcome{Generation: g, Failure: true}
+	slow := coordinator.Outcome{Generation: g, Duration: time.Second}
+	old := coordinator.Outcome{Generation: g - 1, Failure: true}
+	tripped := &coordinator.Transition{From: closed, To: open, Generation: trip}
+	p := coordinator.DefaultPolicy()
+	p.SlowCallDuration, p.SlowCallRatio = time.Second, 0.5
+
+	for _, c := range []struct {
+		name     string
+		outcomes []coordinator.Outcome
+		callers  []trace.SpanContext
+		a        answer
+		cause    int // index of the parent in callers; -1: none
+	}{
+		{"the failure that tipped it, not the stale ones after",
+			[]coordinator.Outcome{ok, fail, fail, ok}, []trace.SpanContext{sampled(1), sampled(2), sampled(3), sampled(4)},
+			answer{transition: tripped, stale: 2}, 1},
+		{"outcomes of an older generation are stale before the tip too",
+			[]coordinator.Outcome{old, fail, fail, old}, []trace.SpanContext{sampled(1), sampled(2), sampled(3), sampled(4)},
+			answer{transition: tripped, stale: 2}, 2},
+		{"a success that reached MinCalls: the last failure before it",
+			[]coordinator.Outcome{fail, ok, ok}, []trace.SpanContext{sampled(1), sampled(2), sampled(3)},
+			answer{transition: tripped, stale: 1}, 0},
+		{"a slow call tipped it",
+			[]coordinator.Outcome{ok, slow}, []trace.SpanContext{sampled(1), sampled(2)},
+			answer{transition: tripped, stale: 0}, 1},
+		{"a sampled trace rather than the last failure's unsampled one",
+			[]coordinator.Outcome{fail, fail}, []trace.SpanContext{sampled(1), unsampled(2)},
+			answer{transition: tripped, stale: 0}, 0},
+		{"a traced failure rather than the untraced one that tipped it",
+			[]coordinator.Outcome{fail, fail}, []trace.SpanContext{unsampled(1), {}},
+			answer{transition: tripped, stale: 0}, 0},
+		{"nothing traced before the tip: the tipping call's own, none",
+			[]coordinator.Outcome{ok, ok, fail}, []trace.SpanContext{{}, {}, sampled(3)},
+			answer{transition: tripped, stale: 1}, 1},
+		{"a stale count that does not add up: the last failure",
+			[]coordinator.Outcome{fail, fail, ok}, []trace.SpanContext{sampled(1), sampled(2), sampled(3)},
+			answer{transition: tripped, stale: 9}, 1},
+		{"not a trip (an isolation that ended): the last failure",
+			[]coordinator.Outcome{fail, ok}, []trace.SpanContext{sampled(1), sampled(2)},
+			answer{transition: &coordinator.Transition{From: isolated, To: closed, Generation: trip}}, 0},
+		{"no call traced",
+			[]coordinator.Outcome{fail, fail}, nil,
+			answer{transition: tripped}, -1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			parent, links := blame(c.outcomes, c.callers, c.a, p)
+			want := trace.SpanContext{}
+			if c.cause >= 0 {
+				want = c.callers[c.cause]
+			}
+			if !parent.Equal(want) {
+				t.Errorf("parent %v; want %v", parent.SpanID(), want.SpanID())
+			}
+			n := 0
+			for i, sc := range c.callers {
+				if i != c.cause && sc.IsValid() {
+					n++
+				}
+			}
+			if len(links) != n {
+				t.Errorf("%d links; want %d, the other traced calls", len(links), n)
+			}
+			for _, l := range links {
+				if l.SpanContext.Equal(parent) || !l.SpanContext.IsValid() {
+					t.Errorf("link to %v: the parent, or untraced", l.SpanContext.SpanID())
+				}
+			}
+		})
+	}
+}
+
+// A trip span links to at most maxLinks calls.
+func TestBlameCapsLinks(t *testing.T) {
+	outcomes := make([]coordinator.Outcome, 3*maxLinks)
+	callers := make([]trace.SpanContext, len(outcomes))
+	for i := range outcomes {
+		outcomes[i] = coordinator.Outcome{Generation: 1, Failure: true}
+		callers[i] = trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{byte(i), 1}})
+	}
+	a := answer{transition: &coordinator.Transition{From: closed, To: open, Generation: 2}}
+	if _, links := blame(outcomes, callers, a, coordinator.DefaultPolicy()); len(links) != maxLinks {
+		t.Errorf("%d links; want %d", len(links), maxLinks)
 	}
 }

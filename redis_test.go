@@ -204,7 +204,7 @@ func TestRedisMemoryBoundedByScopesInUse(t *testing.T) {
 					if i > perWave {
 						return
 					}
-					tk, err := b.admit(ctx, fmt.Sprintf("scale/%d/%d", wave, i))
+					tk, err := b.admit(ctx, fmt.Sprintf("scale/%d/%d", wave, i), testMethod)
 					if err != nil {
 						t.Errorf("wave %d, scope %d: %v", wave, i, err)
 						return

@@ -18,6 +18,7 @@ type answer struct {
 	gen        uint64
 	retryAfter time.Duration // open, or isolated for a set time: until it ends
 	transition *coordinator.Transition
+	stale      int // outcomes of a Record that changed nothing
 }
 
 func decided(d coordinator.Decision) answer {
@@ -25,7 +26,7 @@ func decided(d coordinator.Decision) answer {
 }
 
 func resulted(r coordinator.Result) answer {
-	return answer{state: r.State, gen: r.Generation, retryAfter: r.RetryAfter, transition: r.Transition}
+	return answer{state: r.State, gen: r.Generation, retryAfter: r.RetryAfter, transition: r.Transition, stale: r.Stale}
 }
 
 // heard is what a transition on the feed says. Its open period is counted
@@ -50,10 +51,11 @@ type trip struct {
 	// admission: a call waits for this one, so its failure starts the
 	// back-off (see health.failed).
 	admission bool
-	// span is where the span of a transition the call causes goes: a
-	// child of span's span (ctx's when nil), linked to links.
-	span  context.Context
-	links []trace.Link
+	// cause, when set, names the call that caused a transition of the
+	// answer, whose span is the transition span's parent, and the calls
+	// the span links to. Unset, the parent is ctx's span: the call the
+	// round trip is made for, or an operator's command.
+	cause func(answer) (trace.SpanContext, []trace.Link)
 }
 
 // roundTrip makes every coordinator call of the Breaker: within the
@@ -61,11 +63,11 @@ type trip struct {
 // of the coordinator turned into an error, retried once on a transport
 // error (every operation is safe to repeat: the same claim, the same batch
 // ID), timed and counted, and its answer learned by the table and its
-// transition traced. It tells the coordinator the generation the table
-// holds, so that one that lost state (a failover that rolled it back)
-// starts above it rather than hand out what came before again. ctx is the
-// caller's: when it ends first, the caller gave up and the coordinator is
-// not to blame.
+// transition traced and passed to the callback. It tells the coordinator
+// the generation the table holds, so that one that lost state (a failover
+// that rolled it back) starts above it rather than hand out what came
+// before again. ctx is the caller's: when it ends first, the caller gave
+// up and the coordinator is not to blame.
 func (b *Breaker) roundTrip(ctx context.Context, t trip, f func(context.Context) (answer, error)) (answer, error) {
 	epoch, seen := b.known.begin(t.scope)
 	cctx, cancel := context.WithTimeout(ctx, t.timeout)
@@ -90,11 +92,15 @@ func (b *Breaker) roundTrip(ctx context.Context, t trip, f func(context.Context)
 	b.health.succeeded()
 	b.known.learn(epoch, t.scope, a, time.Now())
 	if a.transition != nil {
-		parent := t.span
-		if parent == nil {
-			parent = ctx
+		parent := ctx
+		var links []trace.Link
+		if t.cause != nil {
+			var sc trace.SpanContext
+			sc, links = t.cause(a)
+			parent = trace.ContextWithSpanContext(ctx, sc)
 		}
-		b.tel.transition(parent, a.transition, t.links)
+		b.tel.transition(parent, a.transition, links)
+		b.notify.tell(*a.transition)
 	}
 	return a, nil
 }

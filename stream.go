@@ -37,7 +37,7 @@ func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
 		if scope == "" {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
-		t, err := b.admit(ctx, scope)
+		t, err := b.admit(ctx, scope, method)
 		if err != nil {
 			return nil, err
 		}

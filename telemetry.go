@@ -2,11 +2,17 @@ package cbgrpc
 
 import (
 	"context"
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
@@ -31,13 +37,30 @@ const (
 	attrPolicy     = attribute.Key("cbgrpc.failure_policy")
 )
 
-// Who decided an admission.
+// Attribute keys of the OpenTelemetry semantic conventions for RPC, as
+// otelgrpc sets them, so that a rejected call reads like the calls it
+// traces.
 const (
-	byCoordinator   = "coordinator"    // the coordinator answered
-	byKnownState    = "known_state"    // coordinator unavailable, scope last seen not closed
-	byFailurePolicy = "failure_policy" // coordinator unavailable, FailOpen or FailClosed
-	byCache         = "cache"          // answered locally from what the coordinator and its feed said
+	attrRPCSystem     = attribute.Key("rpc.system")
+	attrRPCService    = attribute.Key("rpc.service")
+	attrRPCMethod     = attribute.Key("rpc.method")
+	attrRPCStatusCode = attribute.Key("rpc.grpc.status_code")
 )
+
+// decider is who decided an admission.
+type decider int8
+
+const (
+	byCoordinator   decider = iota // the coordinator answered
+	byCache                        // answered locally from what the coordinator and its feed said
+	byKnownState                   // coordinator unavailable, scope last seen not closed
+	byFailurePolicy                // coordinator unavailable, FailOpen or FailClosed
+	deciders
+)
+
+func (d decider) String() string {
+	return [deciders]string{"coordinator", "cache", "known_state", "failure_policy"}[d]
+}
 
 // Why an outcome or settlement was not delivered.
 const (
@@ -62,6 +85,7 @@ const maxLinks = 32
 type telemetry struct {
 	tracer         trace.Tracer
 	scopeInMetrics bool
+	rejectedSpans  bool
 
 	decisions   metric.Int64Counter
 	transitions metric.Int64Counter
@@ -69,29 +93,31 @@ type telemetry struct {
 	latency     metric.Float64Histogram
 	errors      metric.Int64Counter
 	feedLosses  metric.Int64Counter
+	// states is observed from the table at each collection, until
+	// observing is unregistered.
+	states    metric.Int64ObservableGauge
+	observing metric.Registration
 
-	// plain holds the options of decisions without the scope, made once
-	// (the slice too): the cached admission path must not allocate per
-	// call. plainOps does the same for the latency of each coordinator
+	// methods holds the options of decisions without the scope, made once
+	// per method: the cached admission path must not allocate per call.
+	// plainOps does the same for the latency of each coordinator
 	// operation, on the path of every admission that asks.
-	plain    map[decisionKey][]metric.AddOption
+	methods  rpcMethods
 	plainOps map[string][]metric.RecordOption
 }
 
-type decisionKey struct {
-	v  coordinator.Verdict
-	by string
-}
-
-func newTelemetry(c *config) (*telemetry, error) {
+// newTelemetry makes the tracer and the instruments, and observes the
+// state of every scope of k.
+func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 	t := &telemetry{
 		tracer:         c.tp.Tracer(instrumentationName),
 		scopeInMetrics: c.scopeInMetrics,
+		rejectedSpans:  c.rejectedSpans,
 	}
 	m := c.mp.Meter(instrumentationName)
 	var err error
 	if t.decisions, err = m.Int64Counter("cbgrpc.decisions",
-		metric.WithDescription("Admissions of protected calls, by verdict and by who decided."),
+		metric.WithDescription("Admissions of protected calls, by verdict, by who decided, and by gRPC method."),
 		metric.WithUnit("{call}")); err != nil {
 		return nil, err
 	}
@@ -121,18 +147,29 @@ func newTelemetry(c *config) (*telemetry, error) {
 		metric.WithUnit("{loss}")); err != nil {
 		return nil, err
 	}
+	if t.states, err = m.Int64ObservableGauge("cbgrpc.state",
+		metric.WithDescription("State of each breaker this process used in the last window, as it knows it: 0 closed, 1 open, 2 half-open, 3 isolated, 4 disabled."),
+		metric.WithUnit("{state}")); err != nil {
+		return nil, err
+	}
+	if t.observing, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		k.states(time.Now(), func(scope string, s coordinator.State) {
+			o.ObserveInt64(t.states, int64(s), metric.WithAttributes(attrScope.String(scope)))
+		})
+		return nil
+	}, t.states); err != nil {
+		return nil, err
+	}
 	t.plainOps = make(map[string][]metric.RecordOption)
 	for _, op := range []string{"admit", "record", "settle", "isolate", "release", "disable", "enable"} {
 		t.plainOps[op] = []metric.RecordOption{metric.WithAttributes(attrOperation.String(op))}
 	}
-	t.plain = make(map[decisionKey][]metric.AddOption)
-	for _, v := range []coordinator.Verdict{coordinator.Allow, coordinator.Probe, coordinator.Reject} {
-		for _, by := range []string{byCoordinator, byKnownState, byFailurePolicy, byCache} {
-			t.plain[decisionKey{v, by}] = []metric.AddOption{metric.WithAttributes(attrVerdict.String(v.String()), attrSource.String(by))}
-		}
-	}
+	t.methods.init()
 	return t, nil
 }
+
+// stop ends what telemetry does on its own: observing the table.
+func (t *telemetry) stop() error { return t.observing.Unregister() }
 
 // attrs returns kvs, plus the scope when the user asked for it.
 func (t *telemetry) attrs(scope string, kvs ...attribute.KeyValue) metric.MeasurementOption {
@@ -142,12 +179,15 @@ func (t *telemetry) attrs(scope string, kvs ...attribute.KeyValue) metric.Measur
 	return metric.WithAttributes(kvs...)
 }
 
-func (t *telemetry) decision(ctx context.Context, scope string, v coordinator.Verdict, by string) {
-	if !t.scopeInMetrics {
-		t.decisions.Add(ctx, 1, t.plain[decisionKey{v, by}]...)
+// decision counts one admission of a call of method ("/pkg.Service/Method").
+func (t *telemetry) decision(ctx context.Context, scope, method string, v coordinator.Verdict, by decider) {
+	m := t.methods.get(method)
+	if !t.scopeInMetrics && v >= 0 && int(v) < len(m.decisions) {
+		t.decisions.Add(ctx, 1, m.decisions[v][by]...)
 		return
 	}
-	t.decisions.Add(ctx, 1, t.attrs(scope, attrVerdict.String(v.String()), attrSource.String(by)))
+	kvs := append([]attribute.KeyValue{attrVerdict.String(v.String()), attrSource.String(by.String())}, m.attrs...)
+	t.decisions.Add(ctx, 1, t.attrs(scope, kvs...))
 }
 
 func (t *telemetry) feedLost(ctx context.Context, err error) {
@@ -170,7 +210,7 @@ func (t *telemetry) coordinatorCall(ctx context.Context, scope, op string, d tim
 }
 
 // transition emits the span of one transition this process caused: a child
-// of parent's span, linked to links.
+// of parent's span (a root span when it has none), linked to links.
 func (t *telemetry) transition(parent context.Context, tr *coordinator.Transition, links []trace.Link) {
 	t.transitions.Add(parent, 1, t.attrs(tr.Scope, attrFrom.String(tr.From.String()), attrTo.String(tr.To.String())))
 	_, span := t.tracer.Start(parent, spanTransition,
@@ -186,23 +226,40 @@ func (t *telemetry) transition(parent context.Context, tr *coordinator.Transitio
 	span.End()
 }
 
-// rejected adds an event to the caller's span, when it records.
-func rejected(ctx context.Context, e *OpenError) {
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
-	}
-	span.AddEvent(eventRejected, trace.WithAttributes(
+// rejected shows a rejected call of method, which began at start, where a
+// tracing user looks: an event on the caller's span when it records, and
+// a short client span of the call's own, in the OpenTelemetry RPC
+// conventions. The breaker runs above otelgrpc's stats handler, which never
+// sees a call that is not sent: without this span a rejection would be
+// missing from the traces that show every other call.
+func (t *telemetry) rejected(ctx context.Context, method string, start time.Time, e *OpenError, by decider) {
+	kvs := []attribute.KeyValue{
 		attrScope.String(e.Scope),
 		attrState.String(e.State.String()),
 		attrRetryAfter.Int64(e.RetryAfter.Milliseconds()),
 		attrReason.String(e.Reason),
-	))
+		attrSource.String(by.String()),
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent(eventRejected, trace.WithAttributes(kvs...))
+	}
+	if !t.rejectedSpans {
+		return
+	}
+	name, rpc := rpcAttrs(method)
+	_, span := t.tracer.Start(ctx, name,
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithTimestamp(start),
+		trace.WithAttributes(rpc...),
+		trace.WithAttributes(attrRPCStatusCode.Int64(int64(codes.Unavailable))),
+		trace.WithAttributes(kvs...))
+	span.SetStatus(otelcodes.Error, e.Error())
+	span.End()
 }
 
 // coordinatorFailure adds an event to the caller's span for a call decided
 // without the coordinator.
-func coordinatorFailure(ctx context.Context, scope string, v coordinator.Verdict, by string, p FailurePolicy, cause error) {
+func coordinatorFailure(ctx context.Context, scope string, v coordinator.Verdict, by decider, p FailurePolicy, cause error) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
@@ -210,11 +267,96 @@ func coordinatorFailure(ctx context.Context, scope string, v coordinator.Verdict
 	kvs := []attribute.KeyValue{
 		attrScope.String(scope),
 		attrVerdict.String(v.String()),
-		attrSource.String(by),
+		attrSource.String(by.String()),
 		attrPolicy.String(p.String()),
 	}
 	if cause != nil {
 		kvs = append(kvs, attrError.String(cause.Error()))
 	}
 	span.AddEvent(eventCoordinatorFailure, trace.WithAttributes(kvs...))
+}
+
+// maxMethods bounds the methods the decision metric names. A process calls
+// the methods of the services it was built against, but one that makes
+// method names at run time (a proxy, a reflective client) must not grow
+// the number of time series without end: past the bound, methods read
+// "_OTHER", as the semantic conventions name values they do not know.
+const maxMethods = 1000
+
+// rpcMethods holds what the decision metric says of each method, made on
+// its first call.
+type rpcMethods struct {
+	// known is copied on write: every call reads it, without a lock, and
+	// a process meets a new method rarely.
+	known atomic.Pointer[map[string]*rpcMethod]
+	mu    sync.Mutex // serialises writers
+	other *rpcMethod
+}
+
+// rpcMethod is the attributes of one method and the options of its
+// decisions, by verdict and by decider.
+type rpcMethod struct {
+	attrs     []attribute.KeyValue
+	decisions [coordinator.Reject + 1][deciders][]metric.AddOption
+}
+
+func (ms *rpcMethods) init() {
+	ms.known.Store(&map[string]*rpcMethod{})
+	ms.other = newRPCMethod([]attribute.KeyValue{attrRPCSystem.String("grpc"),
+		attrRPCService.String("_OTHER"), attrRPCMethod.String("_OTHER")})
+}
+
+func (ms *rpcMethods) get(full string) *rpcMethod {
+	if m := (*ms.known.Load())[full]; m != nil {
+		return m
+	}
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	old := *ms.known.Load()
+	if m := old[full]; m != nil {
+		return m
+	}
+	if len(old) >= maxMethods {
+		return ms.other
+	}
+	_, kvs := rpcAttrs(full)
+	m := newRPCMethod(kvs)
+	known := make(map[string]*rpcMethod, len(old)+1)
+	maps.Copy(known, old)
+	known[full] = m
+	ms.known.Store(&known)
+	return m
+}
+
+func newRPCMethod(kvs []attribute.KeyValue) *rpcMethod {
+	m := &rpcMethod{attrs: kvs}
+	for v := range m.decisions {
+		for by := range m.decisions[v] {
+			all := append([]attribute.KeyValue{attrVerdict.String(coordinator.Verdict(v).String()), attrSource.String(decider(by).String())}, kvs...)
+			m.decisions[v][by] = []metric.AddOption{metric.WithAttributes(all...)}
+		}
+	}
+	return m
+}
+
+// rpcAttrs returns the span name ("pkg.Service/Method") and the RPC
+// attributes of a full method ("/pkg.Service/Method"), read as otelgrpc
+// reads them.
+func rpcAttrs(full string) (name string, kvs []attribute.KeyValue) {
+	kvs = []attribute.KeyValue{attrRPCSystem.String("grpc")}
+	if !strings.HasPrefix(full, "/") {
+		return full, kvs
+	}
+	name = full[1:]
+	i := strings.LastIndexByte(name, '/')
+	if i < 0 {
+		return name, kvs
+	}
+	if service := name[:i]; service != "" {
+		kvs = append(kvs, attrRPCService.String(service))
+	}
+	if method := name[i+1:]; method != "" {
+		kvs = append(kvs, attrRPCMethod.String(method))
+	}
+	return name, kvs
 }

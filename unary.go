@@ -29,7 +29,7 @@ func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		if scope == "" {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
-		t, err := b.admit(ctx, scope)
+		t, err := b.admit(ctx, scope, method)
 		if err != nil {
 			return err
 		}
