@@ -12,14 +12,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -31,10 +34,6 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
-
-var start = time.Now()
-
-func at() string { return fmt.Sprintf("%5.2fs", time.Since(start).Seconds()) }
 
 // flaky answers EmptyCall, failing while failing is set.
 type flaky struct {
@@ -51,27 +50,80 @@ func (s *flaky) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, error)
 	return &testpb.Empty{}, nil
 }
 
-// timeline is a span processor that prints each transition span as it
-// ends, in the timeline.
-type timeline struct{}
+// timeline prints the demo's events, with the time since it started. As a
+// span processor it prints each transition span as it ends, naming the call
+// in whose trace it is: transitions end on the breaker's goroutines as well
+// as the caller's, hence the lock.
+type timeline struct {
+	start time.Time
+	mu    sync.Mutex
+	w     io.Writer
+	calls map[trace.SpanID]int // call number by the span ID of its span
+}
 
-func (timeline) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (timeline) Shutdown(context.Context) error                  { return nil }
-func (timeline) ForceFlush(context.Context) error                { return nil }
+func (t *timeline) printf(format string, args ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Fprintf(t.w, "%5.2fs  "+format, append([]any{time.Since(t.start).Seconds()}, args...)...)
+}
 
-func (timeline) OnEnd(s sdktrace.ReadOnlySpan) {
+func (t *timeline) call(n int, span trace.Span) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.calls[span.SpanContext().SpanID()] = n
+}
+
+func (t *timeline) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (t *timeline) Shutdown(context.Context) error                  { return nil }
+func (t *timeline) ForceFlush(context.Context) error                { return nil }
+
+func (t *timeline) OnEnd(s sdktrace.ReadOnlySpan) {
+	if s.Name() != "cbgrpc.transition" {
+		return
+	}
 	attrs := map[string]string{}
 	for _, a := range s.Attributes() {
 		attrs[string(a.Key)] = a.Value.Emit()
 	}
-	fmt.Printf("%s  ** breaker %s -> %s (%s), generation %s\n",
-		at(), attrs["cbgrpc.state.from"], attrs["cbgrpc.state.to"], attrs["cbgrpc.reason"], attrs["cbgrpc.generation"])
+	t.mu.Lock()
+	n, ok := t.calls[s.Parent().SpanID()]
+	t.mu.Unlock()
+	cause := "no call"
+	if ok {
+		cause = fmt.Sprintf("in the trace of call %d", n)
+	}
+	t.printf("** breaker %s -> %s (%s), generation %s, %s\n",
+		attrs["cbgrpc.state.from"], attrs["cbgrpc.state.to"], attrs["cbgrpc.reason"], attrs["cbgrpc.generation"], cause)
+}
+
+// transitionsOnly exports the transition spans alone: the calls' spans
+// are there to be their parents, and the rejected calls' would drown them.
+type transitionsOnly struct{ sdktrace.SpanExporter }
+
+func (e transitionsOnly) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	var keep []sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if s.Name() == "cbgrpc.transition" {
+			keep = append(keep, s)
+		}
+	}
+	if len(keep) == 0 {
+		return nil
+	}
+	return e.SpanExporter.ExportSpans(ctx, keep)
 }
 
 func main() {
+	if err := demo(os.Stdout); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func demo(w io.Writer) error {
+	tl := &timeline{start: time.Now(), w: w, calls: make(map[trace.SpanID]int)}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	srv := grpc.NewServer()
 	svc := &flaky{}
@@ -82,15 +134,16 @@ func main() {
 	// Transition spans go to the stdout exporter (kept until the end, so
 	// they do not break up the timeline) and to the timeline.
 	var exported bytes.Buffer
-	exporter, err := stdouttrace.New(stdouttrace.WithWriter(&exported), stdouttrace.WithoutTimestamps())
+	exporter, err := stdouttrace.New(stdouttrace.WithWriter(&exported))
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithSyncer(exporter),
-		sdktrace.WithSpanProcessor(timeline{}),
+		sdktrace.WithSyncer(transitionsOnly{exporter}),
+		sdktrace.WithSpanProcessor(tl),
 	)
 	defer tp.Shutdown(context.Background())
+	tracer := tp.Tracer("quickstart")
 
 	// A policy for a demo: trip at half of 6 calls, stay open 1s (2s after
 	// a failed probe), close after 2 good probes.
@@ -106,7 +159,7 @@ func main() {
 		cbgrpc.WithRecordInterval(10*time.Millisecond),
 	)
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	conn, err := grpc.NewClient(lis.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -114,41 +167,49 @@ func main() {
 		grpc.WithStreamInterceptor(breaker.StreamClientInterceptor()),
 	)
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer conn.Close()
 	client := testgrpc.NewTestServiceClient(conn)
 
-	fmt.Println("One call every 150ms. The server fails from 1.0s to 3.5s.")
-	fmt.Println()
+	fmt.Fprintln(w, "One call every 150ms, each in a trace of its own. The server fails from 1.0s to 3.5s.")
+	fmt.Fprintln(w)
 	var calls, rejected int
-	for time.Since(start) < 6*time.Second {
-		switch t := time.Since(start); {
+	for time.Since(tl.start) < 6*time.Second {
+		switch t := time.Since(tl.start); {
 		case t >= time.Second && t < 3500*time.Millisecond && !svc.failing.Load():
 			svc.failing.Store(true)
-			fmt.Printf("%s  -- the server starts failing\n", at())
+			tl.printf("-- the server starts failing\n")
 		case t >= 3500*time.Millisecond && svc.failing.Load():
 			svc.failing.Store(false)
-			fmt.Printf("%s  -- the server recovers\n", at())
+			tl.printf("-- the server recovers\n")
 		}
 		calls++
-		_, err := client.EmptyCall(context.Background(), &testpb.Empty{})
+		// The span of the work that makes the call, as a request handler
+		// would have: the breaker's spans for this call are its children.
+		ctx, span := tracer.Start(context.Background(), "call")
+		tl.call(calls, span)
+		_, err := client.EmptyCall(ctx, &testpb.Empty{})
+		span.End()
 		var open *cbgrpc.OpenError
 		switch {
 		case err == nil:
-			fmt.Printf("%s  call ok\n", at())
+			tl.printf("call %d ok\n", calls)
 		case errors.As(err, &open):
 			rejected++
-			fmt.Printf("%s  call rejected by the breaker, not sent (%s; retry after %v)\n", at(), open.State, open.RetryAfter.Round(10*time.Millisecond))
+			tl.printf("call %d rejected by the breaker, not sent (%s; retry after %v)\n", calls, open.State, open.RetryAfter.Round(10*time.Millisecond))
 		default:
-			fmt.Printf("%s  call failed: %s\n", at(), status.Code(err))
+			tl.printf("call %d failed: %s\n", calls, status.Code(err))
 		}
 		time.Sleep(150 * time.Millisecond)
 	}
 	if err := breaker.Close(); err != nil {
-		log.Fatal(err)
+		return err
 	}
-	fmt.Printf("\n%d calls, %d rejected without reaching the server, %d served.\n", calls, rejected, svc.served.Load())
-	fmt.Println("\nThe transition spans, as the OpenTelemetry stdout exporter wrote them:")
-	os.Stdout.Write(exported.Bytes())
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	fmt.Fprintf(w, "\n%d calls, %d rejected without reaching the server, %d served.\n", calls, rejected, svc.served.Load())
+	fmt.Fprintln(w, "\nThe transition spans, as the OpenTelemetry stdout exporter wrote them:")
+	_, err = w.Write(exported.Bytes())
+	return err
 }
