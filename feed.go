@@ -26,6 +26,8 @@ type feed struct {
 	k    *knowledge
 	tell func(coordinator.Transition) // every transition, after the table learned it
 	lost func(error)                  // a connection could not be opened, or broke
+	// rampFor is the policy's ramp, which a recovery heard starts.
+	rampFor time.Duration
 	// epochs numbers the connections, from 1; only run touches it.
 	epochs uint64
 	// closing counts the connections being closed: closing one may wait
@@ -104,7 +106,7 @@ func (f *feed) serve(ctx context.Context) {
 			}
 			return
 		}
-		f.k.learn(epoch, t.Scope, heard(t), time.Now())
+		f.k.learn(epoch, t.Scope, heard(t, f.rampFor), time.Now())
 		f.tell(t)
 	}
 }

@@ -81,7 +81,7 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 	b.stop = stop
 	b.goBackground(func() { b.forgetIdle(ctx) })
 	if maxAge > 0 {
-		f := &feed{w: w, k: b.known, tell: b.notify.tell, lost: func(err error) { b.tel.feedLost(ctx, err) }}
+		f := &feed{w: w, k: b.known, tell: b.notify.tell, lost: func(err error) { b.tel.feedLost(ctx, err) }, rampFor: b.cfg.policy.RampFor}
 		b.goBackground(func() { f.run(ctx) })
 	}
 	b.warmUp()
@@ -283,6 +283,11 @@ func (b *Breaker) admit(ctx context.Context, scope, method string) (ticket, erro
 		}
 		return b.decideWithout(ctx, c, err)
 	}
+	if d.Verdict == coordinator.Allow && d.State == coordinator.StateClosed {
+		if e := b.ramping(ctx, c, d.RampLeft); e != nil {
+			return ticket{}, e
+		}
+	}
 	b.tel.decision(ctx, scope, method, d.Verdict, byCoordinator)
 	switch d.Verdict {
 	case coordinator.Reject:
@@ -299,6 +304,11 @@ func (b *Breaker) admit(ctx context.Context, scope, method string) (ticket, erro
 // trip: the admission cache.
 func (b *Breaker) admitKnown(ctx context.Context, c call, f fact) (ticket, error) {
 	if admitsAll(f.state) {
+		if f.state == coordinator.StateClosed && !f.rampEnd.IsZero() {
+			if e := b.ramping(ctx, c, f.rampEnd.Sub(c.start)); e != nil {
+				return ticket{}, e
+			}
+		}
 		b.tel.decision(ctx, c.scope, c.method, coordinator.Allow, byCache)
 		return ticket{scope: c.scope, fate: recorded, gen: f.gen, start: c.start}, nil
 	}

@@ -62,6 +62,9 @@ type fact struct {
 	until   time.Time
 	checked time.Time // when the coordinator said so; zero once suspect
 	trust   uint64    // the feed connection under which it may answer admissions
+	// rampEnd is when the ramp after a recovery ends, local time; zero
+	// when there is none (see ramp.go).
+	rampEnd time.Time
 }
 
 // admitsAll reports whether a state lets every call through: closed, or
@@ -185,6 +188,9 @@ func (k *knowledge) learn(epoch uint64, scope string, a answer, now time.Time) {
 	f := fact{state: a.state, gen: a.gen, checked: now}
 	if epoch != 0 && epoch == k.live.Load() {
 		f.trust = epoch
+	}
+	if a.rampLeft > 0 && a.state == coordinator.StateClosed {
+		f.rampEnd = now.Add(a.rampLeft)
 	}
 	switch {
 	case a.retryAfter > 0 && (a.state == coordinator.StateOpen || a.state == coordinator.StateIsolated):

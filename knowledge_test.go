@@ -68,7 +68,7 @@ func TestKnowledgeKeepsTheOpenPeriodTheAnswerGives(t *testing.T) {
 	if !k.answers(f, now.Add(1999*time.Millisecond)) || k.answers(f, now.Add(2*time.Second)) {
 		t.Error("the open answer does not decide admissions for exactly its period")
 	}
-	heard := heard(coordinator.Transition{To: open, Generation: 8, At: time.UnixMilli(5000), OpenUntil: time.UnixMilli(9000)})
+	heard := heard(coordinator.Transition{To: open, Generation: 8, At: time.UnixMilli(5000), OpenUntil: time.UnixMilli(9000)}, 0)
 	if heard.retryAfter != 4*time.Second {
 		t.Errorf("a transition on the feed gives retryAfter %v; want OpenUntil - At = 4s", heard.retryAfter)
 	}

@@ -17,27 +17,37 @@ type answer struct {
 	state      coordinator.State
 	gen        uint64
 	retryAfter time.Duration // open, or isolated for a set time: until it ends
+	rampLeft   time.Duration // closed after a recovery: what is left of the ramp (Policy.RampFor)
 	transition *coordinator.Transition
 	stale      int // outcomes of a Record that changed nothing
 }
 
 func decided(d coordinator.Decision) answer {
-	return answer{state: d.State, gen: d.Generation, retryAfter: d.RetryAfter, transition: d.Transition}
+	return answer{state: d.State, gen: d.Generation, retryAfter: d.RetryAfter, rampLeft: d.RampLeft, transition: d.Transition}
 }
 
 func resulted(r coordinator.Result) answer {
-	return answer{state: r.State, gen: r.Generation, retryAfter: r.RetryAfter, transition: r.Transition, stale: r.Stale}
+	return answer{state: r.State, gen: r.Generation, retryAfter: r.RetryAfter, rampLeft: r.RampLeft, transition: r.Transition, stale: r.Stale}
 }
 
-// heard is what a transition on the feed says. Its open period is counted
-// from when it was heard, not from t.At: the coordinator's clock may be
-// skewed from ours.
-func heard(t coordinator.Transition) answer {
+// heard is what a transition on the feed says. Its open period, and the
+// ramp (rampFor) that a recovery starts, are counted from when it was
+// heard, not from t.At: the coordinator's clock may be skewed from ours.
+func heard(t coordinator.Transition, rampFor time.Duration) answer {
 	a := answer{state: t.To, gen: t.Generation}
 	if !t.OpenUntil.IsZero() {
 		a.retryAfter = t.OpenUntil.Sub(t.At)
 	}
+	if recovered(t) {
+		a.rampLeft = rampFor
+	}
 	return a
+}
+
+// recovered reports whether t closes a breaker that was open, half-open or
+// isolated: what starts a ramp.
+func recovered(t coordinator.Transition) bool {
+	return t.To == coordinator.StateClosed && t.From != coordinator.StateClosed && t.From != coordinator.StateDisabled
 }
 
 // trip describes one coordinator round trip.

@@ -55,11 +55,12 @@ const (
 	byCache                        // answered locally from what the coordinator and its feed said
 	byKnownState                   // coordinator unavailable, scope last seen not closed
 	byFailurePolicy                // coordinator unavailable, FailOpen or FailClosed
+	byRamp                         // closed, but ramping up after a recovery (ramp.go)
 	deciders
 )
 
 func (d decider) String() string {
-	return [deciders]string{"coordinator", "cache", "known_state", "failure_policy"}[d]
+	return [deciders]string{"coordinator", "cache", "known_state", "failure_policy", "ramp"}[d]
 }
 
 // Why an outcome or settlement was not delivered.
