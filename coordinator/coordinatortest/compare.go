@@ -49,11 +49,12 @@ func Compare(t *testing.T, newCoordinator Factory, opts CompareOptions) {
 		steps = 300
 	}
 	var reached [numPaths]int
-	controlled := false
+	controlled, pushed := false, false
 	for seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			d := newDriver(t, newCoordinator, opts, uint64(seed), &reached)
 			controlled = controlled || d.ctl != nil
+			pushed = pushed || d.pusher != nil
 			d.run(steps)
 		})
 	}
@@ -62,7 +63,7 @@ func Compare(t *testing.T, newCoordinator Factory, opts CompareOptions) {
 		if (i == pathLostState || i == pathFenced) && opts.LoseState == nil {
 			continue
 		}
-		if i >= pathRejectedIsolated && !controlled {
+		if i >= pathRejectedIsolated && !controlled || i == pathPushed && !pushed {
 			continue
 		}
 		counts = append(counts, fmt.Sprintf("%s %d", pathNames[i], n))
@@ -90,6 +91,8 @@ const (
 	pathBornAgain
 	pathBornAboveSeen
 	pathRamping
+	// with a coordinator.Pusher
+	pathPushed
 	// with LoseState
 	pathLostState
 	pathFenced
@@ -107,7 +110,7 @@ const (
 var pathNames = [numPaths]string{
 	"opened", "admitted", "rejected while open", "rejected at the probe limit", "lease expired",
 	"settled success", "settled failure", "closed again", "stale outcome", "stale settle",
-	"born again after forgetting", "born above a generation seen", "admitted while ramping", "lost state", "fenced after a loss",
+	"born again after forgetting", "born above a generation seen", "admitted while ramping", "pushed open", "lost state", "fenced after a loss",
 	"rejected while isolated", "isolated", "isolation ended", "released", "disabled", "counted while disabled", "enabled",
 }
 
@@ -157,6 +160,7 @@ type driver struct {
 	sut     coordinator.Coordinator
 	lose    func(*testing.T, coordinator.Coordinator, string)
 	ctl     coordinator.Controller // the coordinator under test, when it is one
+	pusher  coordinator.Pusher     // the coordinator under test, when it is one
 	reached *[numPaths]int
 
 	scopes  []*cmpScope
@@ -209,6 +213,7 @@ func newDriver(t *testing.T, f Factory, opts CompareOptions, seed uint64, reache
 		reached: reached,
 	}
 	d.ctl, _ = d.sut.(coordinator.Controller)
+	d.pusher, _ = d.sut.(coordinator.Pusher)
 	for i, name := range []string{"{α}|a", "b\n"} {
 		s := &cmpScope{index: i, name: t.Name() + "/" + name, p: comparePolicy(d.rng), failing: d.rng.IntN(2) == 0}
 		s.alias = s.name
@@ -246,6 +251,8 @@ func (d *driver) run(steps int) {
 			d.loseState(s)
 		case n < 83 && d.ctl != nil:
 			d.control(s)
+		case n < 85 && d.pusher != nil:
+			d.push(s)
 		default:
 			d.advance()
 		}

@@ -321,3 +321,25 @@ func (d *driver) control(s *cmpScope) {
 	d.noErr(op, refErr, sutErr)
 	d.sameResult(s, fmt.Sprintf("%s(%+v)", op, n), rr, sr, 0)
 }
+
+// push is a server's pushback answered to a call of s: of the generation
+// last answered, or an older one.
+func (d *driver) push(s *cmpScope) {
+	ctx := context.Background()
+	gen := s.gen
+	if d.rng.IntN(4) == 0 && gen > 0 {
+		gen--
+	}
+	periods := []time.Duration{0, 30 * time.Millisecond, 250 * time.Millisecond, time.Hour, -time.Second}
+	period := periods[d.rng.IntN(len(periods))]
+	d.next++
+	reason := fmt.Sprintf("server pushback %v (%d)", period, d.next)
+	rr, refErr := d.ref.Push(ctx, s.alias, s.p, gen, period, reason)
+	sr, sutErr := d.pusher.Push(ctx, s.name, s.p, gen, period, reason)
+	d.note("push s%d gen %d %v -> %s", s.index, gen, period, showResult(rr))
+	d.noErr("Push", refErr, sutErr)
+	d.sameResult(s, fmt.Sprintf("Push(gen %d, %v)", gen, period), rr, sr, 0)
+	if rr.Transition != nil {
+		d.hit(pathPushed)
+	}
+}

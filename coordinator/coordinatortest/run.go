@@ -84,6 +84,11 @@ var rules = []struct {
 	// ramp.go
 	{"RampLeftAfterRecovery", testRampLeftAfterRecovery},
 	{"NoRampWithoutRecovery", testNoRampWithoutRecovery},
+	// push.go: the optional server pushback
+	{"PushOpensOnceForThePeriod", testPushOpensOnceForThePeriod},
+	{"PushPeriodIsCapped", testPushPeriodIsCapped},
+	{"PushFencedByGeneration", testPushFencedByGeneration},
+	{"PushNeedsAReason", testPushNeedsAReason},
 	// expiry.go
 	{"OpenStateNeverExpires", testOpenStateNeverExpires},
 	{"HalfOpenStateNeverExpires", testHalfOpenStateNeverExpires},

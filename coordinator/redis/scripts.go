@@ -21,6 +21,8 @@ var (
 	snapshotLua string
 	//go:embed control.lua
 	controlLua string
+	//go:embed push.lua
+	pushLua string
 
 	// A Redis Cluster gets sharded pub/sub, which stays on the shard that
 	// owns the scope's slot instead of flooding every node; a single
@@ -30,7 +32,7 @@ var (
 )
 
 type scripts struct {
-	admit, record, settle, snapshot, control *goredis.Script
+	admit, record, settle, snapshot, control, push *goredis.Script
 }
 
 func newScripts(publish string) *scripts {
@@ -41,5 +43,6 @@ func newScripts(publish string) *scripts {
 		settle:   goredis.NewScript(lib + settleLua),
 		snapshot: goredis.NewScript(lib + snapshotLua),
 		control:  goredis.NewScript(lib + controlLua),
+		push:     goredis.NewScript(lib + pushLua),
 	}
 }

@@ -1,0 +1,117 @@
+package coordinatortest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// The optional server pushback (coordinator.Pusher): a server's "stay
+// away for d" opens the breaker fleet-wide for d, capped, as one
+// transition fenced by the generation of the call that got the answer.
+
+func (h *harness) pusher() coordinator.Pusher {
+	h.t.Helper()
+	p, ok := h.c.(coordinator.Pusher)
+	if !ok {
+		h.t.Skip("the coordinator is no coordinator.Pusher")
+	}
+	return p
+}
+
+func (h *harness) push(gen uint64, period time.Duration, reason string) coordinator.Result {
+	h.t.Helper()
+	res, err := h.pusher().Push(h.t.Context(), h.scope, h.p, gen, period, reason)
+	if err != nil {
+		h.t.Fatalf("Push(%.40q, gen %d, %v): %v", h.scope, gen, period, err)
+	}
+	return res
+}
+
+// testPushOpensOnceForThePeriod: the first push of a generation opens the
+// breaker for its period, with its reason and the window at the time as
+// the last trip; the rest of the burst, of the same generation, is stale.
+func testPushOpensOnceForThePeriod(t *testing.T, f Factory) {
+	p := basePolicy()
+	p.MaxOpenFor = 10 * time.Second
+	h := newHarness(t, f, p)
+	h.pusher()
+	gen := h.closedGen()
+	h.record(ok(gen), fail(gen))
+	res := h.push(gen, 2*time.Second, "server pushback 2s")
+	h.wantResult("the first pushback", res, open, h.next(gen), 0)
+	h.wantTransition("the first pushback", res.Transition, closed, open, h.next(gen), "server pushback 2s")
+	if res.RetryAfter != 2*time.Second || !res.Transition.OpenUntil.Equal(h.now().Add(2*time.Second)) {
+		t.Errorf("open for %v until %v; want 2s", res.RetryAfter, res.Transition.OpenUntil)
+	}
+	opened := res.Generation
+	for range 5 {
+		h.wantResult("the rest of the burst", h.push(gen, time.Second, "server pushback 1s"), open, opened, 1)
+	}
+	if s := h.snapshot(); s.LastTrip.Reason != "server pushback 2s" || s.LastTrip.Calls != 2 || s.LastTrip.Failures != 1 || s.LastTrip.Generation != opened {
+		t.Errorf("last trip %+v; want the pushback with the window of 2 calls, 1 failure", s.LastTrip)
+	}
+	h.wantRejected("admitted during the pushed period", h.admit("a"), open, opened, 2*time.Second)
+}
+
+// testPushPeriodIsCapped: above MaxOpenFor (OpenFor without back-off), or
+// 0 and below, the period is the cap.
+func testPushPeriodIsCapped(t *testing.T, f Factory) {
+	for _, c := range []struct {
+		max, asked, want time.Duration
+	}{
+		{10 * time.Second, time.Hour, 10 * time.Second},
+		{10 * time.Second, -1, 10 * time.Second},
+		{10 * time.Second, 0, 10 * time.Second},
+		{0, time.Hour, 100 * time.Millisecond}, // basePolicy's OpenFor
+		{10 * time.Second, 1500 * time.Microsecond, time.Millisecond},
+	} {
+		p := basePolicy()
+		p.MaxOpenFor = c.max
+		h := newHarness(t, f, p).on(t.Name() + "/" + c.asked.String() + "/" + c.max.String())
+		h.pusher()
+		res := h.push(h.closedGen(), c.asked, "server pushback")
+		if res.State != open || res.RetryAfter != c.want {
+			t.Errorf("pushback of %v with MaxOpenFor %v: %+v; want open for %v", c.asked, c.max, res, c.want)
+		}
+	}
+}
+
+// testPushFencedByGeneration: a push of another generation, or to a
+// breaker that is open, isolated or disabled, is stale; a probe's push in
+// half-open reopens it.
+func testPushFencedByGeneration(t *testing.T, f Factory) {
+	h := newHarness(t, f, basePolicy())
+	h.pusher()
+	gen := h.closedGen()
+	h.wantResult("an older generation", h.push(gen-1, time.Second, "server pushback"), closed, gen, 1)
+	tripped := h.trip()
+	h.wantResult("while open", h.push(tripped, time.Second, "server pushback"), open, tripped, 1)
+	h.waitOpenPeriod()
+	if d := h.admit("probe"); d.Verdict != probe {
+		t.Fatalf("Admit after the open period = %+v; want a probe", d)
+	}
+	res := h.push(tripped, 50*time.Millisecond, "server pushback 50ms")
+	if tr := res.Transition; tr == nil || tr.From != halfOpen || tr.To != open || tr.Generation != h.next(tripped) ||
+		tr.Reason != "server pushback 50ms" || !tr.OpenUntil.Equal(h.now().Add(50*time.Millisecond)) {
+		t.Errorf("a probe pushed back: %+v; want half-open -> open in generation %d for 50ms", res, h.next(tripped))
+	}
+	if _, ok := h.c.(coordinator.Controller); !ok {
+		return
+	}
+	h.waitOpenPeriod()
+	h.control("disable", outage)
+	dis := h.snapshot().Generation
+	h.wantResult("while disabled", h.push(dis, time.Second, "server pushback"), disabled, dis, 1)
+}
+
+// testPushNeedsAReason: the transition is for operators to read.
+func testPushNeedsAReason(t *testing.T, f Factory) {
+	h := newHarness(t, f, basePolicy())
+	gen := h.closedGen()
+	if _, err := h.pusher().Push(t.Context(), h.scope, h.p, gen, time.Second, ""); err == nil {
+		t.Error("Push with no reason: no error")
+	}
+	h.wantState("after a refused push", closed, gen)
+}

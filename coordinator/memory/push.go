@@ -1,0 +1,40 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+var _ coordinator.Pusher = (*Coordinator)(nil)
+
+// Push implements [coordinator.Pusher].
+func (c *Coordinator) Push(ctx context.Context, scope string, p coordinator.Policy, gen uint64, period time.Duration, reason string) (coordinator.Result, error) {
+	if reason == "" {
+		return coordinator.Result{}, fmt.Errorf("memory coordinator: push %q: the reason is empty: say why, for operators", scope)
+	}
+	var res coordinator.Result
+	err := c.op(ctx, "push", scope, p, coordinator.Seen(ctx, coordinator.Outcome{Generation: gen}), func(b *breaker, r *rules, now int64) *coordinator.Transition {
+		res = b.push(r, now, gen, coordinator.PushPeriod(p, period).Milliseconds(), reason)
+		return res.Transition
+	})
+	return res, err
+}
+
+// push opens the breaker for period ms if it is closed or half-open in
+// generation gen.
+func (b *breaker) push(r *rules, now int64, gen uint64, period int64, reason string) coordinator.Result {
+	from := b.state
+	if b.gen != gen || (from != coordinator.StateClosed && from != coordinator.StateHalfOpen) {
+		return b.result(r, now, 1, nil)
+	}
+	var calls, failures, slow int
+	if from == coordinator.StateClosed {
+		calls, failures, slow = b.counts(r, now)
+	}
+	b.open(period, now)
+	b.tripped(now, reason, calls, failures, slow)
+	return b.result(r, now, 0, b.transition(from, now, reason))
+}

@@ -1,0 +1,39 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+)
+
+// Pusher is implemented by coordinators that can open a breaker for as
+// long as a server asked callers to stay away (server pushback: gRPC's
+// grpc-retry-pushback-ms trailer, a google.rpc.RetryInfo detail). Both
+// coordinators of this module implement it.
+type Pusher interface {
+	// Push opens scope's breaker, fleet-wide, for period, as one
+	// transition with reason, if the breaker is closed or half-open in
+	// generation gen: the generation the pushed-back call was admitted
+	// under. In any other state or generation the push is stale
+	// (Result.Stale 1) and changes nothing, so a burst of pushbacks
+	// answered to calls of one generation makes one transition. A
+	// disabled breaker never opens.
+	//
+	// The period is capped at p.MaxOpenFor, or p.OpenFor when there is no
+	// back-off; a period of 0 or less asks for that cap. Reopening after
+	// it doubles from it, as after any open period.
+	Push(ctx context.Context, scope string, p Policy, gen uint64, period time.Duration, reason string) (Result, error)
+}
+
+// PushPeriod is the open period Push gives for period under p: capped at
+// p.MaxOpenFor, or p.OpenFor when there is no back-off; the cap when
+// period is 0 or less; never below a millisecond.
+func PushPeriod(p Policy, period time.Duration) time.Duration {
+	limit := p.OpenFor
+	if p.MaxOpenFor > 0 {
+		limit = p.MaxOpenFor
+	}
+	if period <= 0 || period > limit {
+		return limit
+	}
+	return max(period.Truncate(time.Millisecond), time.Millisecond)
+}

@@ -1,0 +1,25 @@
+-- push.lua: Push (server pushback). Runs after lib.lua.
+--
+-- KEYS: state, window, probes, transitions (see lib.lua)
+-- ARGV: 1-7 see lib.lua; 8 the generation of the pushed-back call
+--   (decimal), 9 the open period ms (capped by the caller), 10 reason
+-- Reply: see reply in lib.lua, then 1 if the push was stale, else 0.
+local GENERATION = ARGV[8]
+local PERIOD = tonumber(ARGV[9])
+local REASON = ARGV[10]
+
+local s = begin()
+local from = s.state
+if int(s.generation) ~= GENERATION or (from ~= CLOSED and from ~= HALF_OPEN) then
+  return reply(s, false, nil, 1)
+end
+local calls, failures, slow = 0, 0, 0
+if from == CLOSED and not s.newborn then
+  local w = window(s)
+  calls = w.current.calls + w.others.calls
+  failures = w.current.failures + w.others.failures
+  slow = w.current.slow + w.others.slow
+end
+open(s, PERIOD)
+tripped(s, REASON, calls, failures, slow)
+return reply(s, transition(s, from, REASON), nil, 0)
