@@ -49,16 +49,19 @@ func (c Class) String() string {
 // over a healthy one.
 type Classifier func(ctx context.Context, method string, err error) Class
 
-// classify runs the Classifier, falling back on DefaultClassifier when it
-// panics.
-func (b *Breaker) classify(ctx context.Context, method string, err error) (c Class) {
+// classify runs the call's Classifier (the Breaker's when f is nil),
+// falling back on DefaultClassifier when it panics.
+func (b *Breaker) classify(ctx context.Context, f Classifier, method string, err error) (c Class) {
+	if f == nil {
+		f = b.cfg.classifier
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			otel.Handle(fmt.Errorf("cbgrpc: the classifier panicked on %s; DefaultClassifier decided instead: %v", method, r))
 			c = DefaultClassifier(ctx, method, err)
 		}
 	}()
-	return b.cfg.classifier(ctx, method, err)
+	return f(ctx, method, err)
 }
 
 // DefaultClassifier counts as failures the codes that say the dependency

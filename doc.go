@@ -36,6 +36,11 @@
 //   - Classification: when the call ends, a [Classifier] says whether it was
 //     a [Success], a [Failure] or says nothing ([Ignore]); see
 //     [DefaultClassifier] and [FailOn].
+//   - Per call: [CallScope], [Unprotected] and [CallClassifier] are
+//     grpc.CallOptions that choose one call's scope, leave it outside the
+//     breaker, or classify its outcome. [WithFallback] turns a rejected
+//     unary call into a cached or default answer, never counted as an
+//     outcome.
 //   - Recording: outcomes go to the coordinator in the background, batched
 //     per scope; a probe's outcome settles its slot. A call never waits
 //     for, or fails because of, recording.

@@ -234,6 +234,8 @@ type ticket struct {
 	gen   uint64
 	claim string
 	start time.Time
+	// classifier is the call's own (CallClassifier); nil: the Breaker's.
+	classifier Classifier
 }
 
 // scopeOf returns the scope of a call, "" when it is not protected.
@@ -328,26 +330,27 @@ func rejectReason(s coordinator.State) string {
 	return "the dependency is failing"
 }
 
-// finish classifies the end of an admitted call and hands its outcome to
-// the recorder. It never changes the call's result.
-func (b *Breaker) finish(ctx context.Context, t ticket, method string, err error) {
+// finish classifies the end of an admitted call, hands its outcome to the
+// recorder, and returns its class (Ignore when it was not classified). It
+// never changes the call's result.
+func (b *Breaker) finish(ctx context.Context, t ticket, method string, err error) Class {
 	if t.fate == unprotected {
-		return
+		return Ignore
 	}
 	d := time.Since(t.start)
 	class := Ignore
 	// Our own rejection (from another Breaker further down the chain) says
 	// nothing about the dependency.
 	if !errors.Is(err, ErrOpen) {
-		class = b.classify(ctx, method, err)
+		class = b.classify(ctx, t.classifier, method, err)
 	}
 	switch {
 	case class == Ignore:
 		// An ignored probe is not settled: its lease frees the slot.
-		return
+		return class
 	case t.fate == unadmitted:
 		b.tel.drop(t.scope, dropUnadmitted, 1)
-		return
+		return class
 	case class == Failure:
 		// A failure seen here may be the start of a trip: until the
 		// coordinator answers again, this scope's admissions ask it, so
@@ -364,6 +367,7 @@ func (b *Breaker) finish(ctx context.Context, t ticket, method string, err error
 		it.claim = t.claim
 	}
 	b.rec.add(it)
+	return class
 }
 
 // ids makes the unique IDs of claims and batches: a random prefix per

@@ -100,6 +100,8 @@ type config struct {
 	rejectedSpans  bool
 	onTransition   func(coordinator.Transition)
 	cacheMaxAge    time.Duration
+	fallback       Fallback
+	fallbackOn     bool // the fallback also serves failures
 	tp             trace.TracerProvider
 	mp             metric.MeterProvider
 }
@@ -192,7 +194,8 @@ func WithScope(f ScopeFunc) Option {
 // admission and their outcomes are not recorded. Each entry is a full
 // method ("/pkg.Service/Method") or a whole service ("/pkg.Service/").
 // The health service (grpc.health.v1.Health) and server reflection are
-// always left out.
+// always left out. A call that names its scope with [CallScope] is
+// protected all the same.
 func WithExcludedMethods(methods ...string) Option {
 	return optionFunc(func(c *config) {
 		for _, m := range methods {

@@ -27,10 +27,12 @@ func Stream(c coordinator.Coordinator, opts ...Option) grpc.StreamClientIntercep
 // anything but io.EOF, or the caller's context ends. Closing the send side
 // is not the end. A stream abandoned without cancelling its context never
 // ends: its outcome is never recorded, and if it was a probe its lease
-// frees the slot.
+// frees the slot. Per-call options ([CallScope], [Unprotected],
+// [CallClassifier]) change how one stream is treated; a fallback
+// ([WithFallback]) serves unary calls only.
 func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		scope, err := b.safeScopeOf(ctx, target(cc), method)
+		scope, classifier, err := b.route(ctx, target(cc), method, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -44,6 +46,7 @@ func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
 		if t.fate == unprotected {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
+		t.classifier = classifier
 		end := &streamEnd{b: b, ctx: ctx, t: t, method: method}
 		// gRPC calls OnFinish exactly when the RPC ends, including when the
 		// caller's context ends; the wrapper below catches the ends that

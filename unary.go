@@ -19,10 +19,12 @@ func Unary(c coordinator.Coordinator, opts ...Option) grpc.UnaryClientIntercepto
 // UnaryClientInterceptor returns the interceptor that protects unary calls:
 // admit, invoke, classify, then record the outcome (or settle the probe) in
 // the background. A rejected call returns an error matching [ErrOpen]
-// without reaching the network.
+// without reaching the network, or what the fallback makes of it
+// ([WithFallback]). Per-call options ([CallScope], [Unprotected],
+// [CallClassifier]) change how one call is treated.
 func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		scope, err := b.safeScopeOf(ctx, target(cc), method)
+		scope, classifier, err := b.route(ctx, target(cc), method, opts)
 		if err != nil {
 			return err
 		}
@@ -31,11 +33,12 @@ func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		}
 		t, err := b.admit(ctx, scope, method)
 		if err != nil {
-			return err
+			return b.rejected(ctx, method, req, reply, err)
 		}
+		t.classifier = classifier
 		err = invoker(ctx, method, req, reply, cc, opts...)
-		b.finish(ctx, t, method, err)
-		return err
+		class := b.finish(ctx, t, method, err)
+		return b.failed(ctx, method, req, reply, err, class)
 	}
 }
 
