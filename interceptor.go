@@ -41,9 +41,12 @@ type Breaker struct {
 	// mu guards closed, so that no admission starts work after Close;
 	// admits counts the admissions in progress and their coordinator
 	// calls.
-	mu        sync.RWMutex
-	closed    bool
-	admits    sync.WaitGroup
+	mu     sync.RWMutex
+	closed bool
+	admits sync.WaitGroup
+	// pushing holds the scopes a server's pushback is being sent for
+	// (pushback.go).
+	pushing   sync.Map
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -61,6 +64,9 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 	cfg := newConfig(opts)
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if _, ok := c.(coordinator.Pusher); cfg.pushback != nil && !ok {
+		return nil, fmt.Errorf("cbgrpc: WithServerPushback: the coordinator (%T) is no coordinator.Pusher", c)
 	}
 	w, watches := c.(coordinator.Watcher)
 	maxAge := cfg.cacheMaxAge

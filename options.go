@@ -102,6 +102,7 @@ type config struct {
 	cacheMaxAge    time.Duration
 	fallback       Fallback
 	fallbackOn     bool // the fallback also serves failures
+	pushback       *pushbackRule
 	tp             trace.TracerProvider
 	mp             metric.MeterProvider
 }
@@ -167,7 +168,7 @@ func (c *config) validate() error {
 			return fmt.Errorf("cbgrpc: WithExcludedMethods: %q is neither a full method (\"/pkg.Service/Method\") nor a service (\"/pkg.Service/\")", m)
 		}
 	}
-	return nil
+	return c.pushback.validate()
 }
 
 var errNilCoordinator = errors.New("cbgrpc: New: coordinator is nil; pass memory.New() for one process or redis.New(client) for a fleet")

@@ -63,15 +63,26 @@ func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
 
 // streamEnd takes a stream's outcome once.
 type streamEnd struct {
-	once   sync.Once
-	b      *Breaker
-	ctx    context.Context
-	t      ticket
-	method string
+	once     sync.Once
+	pushOnce sync.Once
+	b        *Breaker
+	ctx      context.Context
+	t        ticket
+	method   string
 }
 
 func (e *streamEnd) done(err error) {
 	e.once.Do(func() { e.b.finish(e.ctx, e.t, e.method, err) })
+}
+
+// statusRead takes the stream's status as RecvMsg returned it, with its
+// trailer, for a server's pushback (pushback.go): gRPC's OnFinish may have
+// taken the outcome already, without the trailer.
+func (e *streamEnd) statusRead(err error, trailer func() metadata.MD) {
+	e.done(err)
+	if e.b.cfg.pushback != nil {
+		e.pushOnce.Do(func() { e.b.pushedBack(e.ctx, e.t, e.method, err, trailer()) })
+	}
 }
 
 type clientStream struct {
@@ -86,7 +97,7 @@ func (s *clientStream) RecvMsg(m any) error {
 	case err == io.EOF:
 		s.end.done(nil)
 	case err != nil:
-		s.end.done(err)
+		s.end.statusRead(err, s.ClientStream.Trailer)
 	case !s.serverStreams:
 		// The one response of a unary-response method: the RPC is over
 		// and succeeded.

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
@@ -36,8 +37,13 @@ func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 			return b.rejected(ctx, method, req, reply, err)
 		}
 		t.classifier = classifier
+		var trailer metadata.MD
+		if b.cfg.pushback != nil {
+			opts = append(opts, grpc.Trailer(&trailer))
+		}
 		err = invoker(ctx, method, req, reply, cc, opts...)
 		class := b.finish(ctx, t, method, err)
+		b.pushedBack(ctx, t, method, err, trailer)
 		return b.failed(ctx, method, req, reply, err, class)
 	}
 }

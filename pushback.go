@@ -1,0 +1,161 @@
+package cbgrpc
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// pushbackTrailer is the trailer of gRPC's retry design (A6) by which a
+// server says how long to wait before calling again, in milliseconds.
+const pushbackTrailer = "grpc-retry-pushback-ms"
+
+// pushbackRule says which answers may carry a pushback that opens a
+// breaker (WithServerPushback).
+type pushbackRule struct {
+	codes   map[codes.Code]bool
+	methods []string // full methods or services ("/pkg.Svc/"); none: every method
+}
+
+func (r *pushbackRule) applies(method string, code codes.Code) bool {
+	if r == nil || !r.codes[code] {
+		return false
+	}
+	if len(r.methods) == 0 {
+		return true
+	}
+	for _, m := range r.methods {
+		if m == method || strings.HasSuffix(m, "/") && strings.HasPrefix(method, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// pushbackOf reads the pushback an answer carries: the pushback trailer,
+// else a google.rpc.RetryInfo detail of its status. ok is false when it
+// carries none. A trailer that is negative or no integer, or a RetryInfo
+// with a negative or unreadable delay, says "do not call again soon", as
+// gRPC's retry design reads a malformed pushback: period 0, which
+// coordinator.Pusher takes as the longest period the policy allows.
+func pushbackOf(st *status.Status, trailer metadata.MD) (period time.Duration, reason string, ok bool) {
+	if v := trailer.Get(pushbackTrailer); len(v) > 0 {
+		ms, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64)
+		if err != nil || ms < 0 {
+			return 0, fmt.Sprintf("server pushback: %s %q, do not call again soon", pushbackTrailer, v[0]), true
+		}
+		d := time.Duration(ms) * time.Millisecond
+		if ms > int64(24*time.Hour/time.Millisecond) {
+			d = 24 * time.Hour // far beyond any cap: no overflow
+		}
+		return d, fmt.Sprintf("server pushback %v", d), true
+	}
+	for _, detail := range st.Details() {
+		ri, isRetryInfo := detail.(*errdetails.RetryInfo)
+		if !isRetryInfo {
+			continue
+		}
+		delay := ri.GetRetryDelay()
+		if delay.CheckValid() != nil || delay.AsDuration() < 0 {
+			return 0, "server pushback: RetryInfo with an unreadable delay, do not call again soon", true
+		}
+		d := delay.AsDuration()
+		return d, fmt.Sprintf("server pushback %v (RetryInfo)", d), true
+	}
+	return 0, "", false
+}
+
+// WithServerPushback lets a server that is overloaded keep the whole fleet
+// away: an answer with one of codes, to one of methods (full methods
+// "/pkg.Service/Method" or services "/pkg.Service/"; none: every method),
+// that carries gRPC's grpc-retry-pushback-ms trailer or a
+// google.rpc.RetryInfo detail opens the scope's breaker for the time the
+// server asked, capped at the policy's MaxOpenFor (OpenFor without
+// back-off), then probes as after any trip. A negative or malformed
+// pushback means "do not call again soon", as gRPC's retry design reads
+// it: the cap. One transition per generation, however many calls got the
+// answer (coordinator.Pusher fences it); its reason says "server pushback
+// 2s".
+//
+// Off by default, and scoped on purpose: a per-user quota error carrying
+// RetryInfo (ResourceExhausted from a rate limiter) must not open the
+// breaker for every user. List only codes and methods whose pushback
+// speaks for the whole dependency. The coordinator must be a
+// coordinator.Pusher (both of this module's are); New fails otherwise.
+func WithServerPushback(on []codes.Code, methods ...string) Option {
+	return optionFunc(func(c *config) {
+		r := &pushbackRule{codes: make(map[codes.Code]bool, len(on)), methods: methods}
+		for _, code := range on {
+			r.codes[code] = true
+		}
+		c.pushback = r
+	})
+}
+
+func (r *pushbackRule) validate() error {
+	if r == nil {
+		return nil
+	}
+	if len(r.codes) == 0 {
+		return fmt.Errorf("cbgrpc: WithServerPushback: no codes; say which answers may push back (e.g. codes.ResourceExhausted, codes.Unavailable)")
+	}
+	if r.codes[codes.OK] {
+		return fmt.Errorf("cbgrpc: WithServerPushback: codes.OK is no failure; a successful answer never opens the breaker")
+	}
+	for _, m := range r.methods {
+		if !strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 {
+			return fmt.Errorf("cbgrpc: WithServerPushback: %q is neither a full method (\"/pkg.Service/Method\") nor a service (\"/pkg.Service/\")", m)
+		}
+	}
+	return nil
+}
+
+// pushedBack opens t's scope fleet-wide if err carries a pushback the rule
+// applies to, in the background: the call has its answer already. A burst
+// of pushbacks answered to this process's calls makes one round trip per
+// scope at a time, and none once the table knows the breaker is open.
+func (b *Breaker) pushedBack(ctx context.Context, t ticket, method string, err error, trailer metadata.MD) {
+	if b.cfg.pushback == nil || err == nil || (t.fate != recorded && t.fate != probing) {
+		return
+	}
+	st, _ := status.FromError(err)
+	if !b.cfg.pushback.applies(method, st.Code()) {
+		return
+	}
+	period, reason, ok := pushbackOf(st, trailer)
+	if !ok {
+		return
+	}
+	if f, known := b.known.notClosed(t.scope); known && (f.gen > t.gen || f.state != coordinator.StateHalfOpen && f.gen == t.gen) {
+		return
+	}
+	if _, busy := b.pushing.LoadOrStore(t.scope, struct{}{}); busy {
+		return
+	}
+	if !b.enter() {
+		b.pushing.Delete(t.scope)
+		return
+	}
+	pusher := b.c.(coordinator.Pusher)
+	go func() {
+		defer b.admits.Done()
+		defer b.pushing.Delete(t.scope)
+		// The transition belongs in the trace of the call that got the
+		// answer, which has returned by now.
+		ctx := context.WithoutCancel(ctx)
+		b.roundTrip(ctx, trip{op: "push", scope: t.scope, timeout: b.cfg.timeout, wg: &b.admits},
+			func(ctx context.Context) (answer, error) {
+				res, err := pusher.Push(ctx, t.scope, b.cfg.policy, t.gen, period, reason)
+				return resulted(res), err
+			})
+	}()
+}
