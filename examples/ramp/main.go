@@ -6,11 +6,13 @@
 // why the others were rejected.
 //
 //	go run ./examples/ramp
+//	go run ./examples/ramp -redis 127.0.0.1:6379   # four replicas sharing a Redis
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -21,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -31,6 +34,7 @@ import (
 	"github.com/cbgrpc/cbgrpc"
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
 )
 
 const (
@@ -59,13 +63,39 @@ type tally struct {
 }
 
 func main() {
-	if err := demo(os.Stdout); err != nil {
-		log.Fatal(err)
+	redisAddr := flag.String("redis", "", "Redis address: each replica its own client, under a prefix of this run, deleted at the end (default: the in-process coordinator)")
+	flag.Parse()
+	coordinatorOf := func() coordinator.Coordinator { return memoryCoord }
+	if *redisAddr != "" {
+		prefix := fmt.Sprintf("cbgrpc-example-ramp-%d:", time.Now().UnixNano())
+		var clients []*goredis.Client
+		coordinatorOf = func() coordinator.Coordinator {
+			rdb := goredis.NewClient(&goredis.Options{Addr: *redisAddr})
+			clients = append(clients, rdb)
+			return cbredis.New(rdb, cbredis.WithPrefix(prefix))
+		}
+		defer func() {
+			ctx := context.Background()
+			for _, rdb := range clients {
+				if keys, err := rdb.Keys(ctx, prefix+"*").Result(); err == nil && len(keys) > 0 {
+					rdb.Del(ctx, keys...)
+				}
+				rdb.Close()
+			}
+		}()
+	}
+	if err := demo(os.Stdout, coordinatorOf); err != nil {
+		log.Print(err)
+		return
 	}
 }
 
-// demo runs the fleet for runFor and writes the timeline to w.
-func demo(w io.Writer) error {
+// memoryCoord is the coordinator the replicas share without Redis.
+var memoryCoord = memory.New()
+
+// demo runs the fleet for runFor, each replica over coordinatorOf(), and
+// writes the timeline to w.
+func demo(w io.Writer, coordinatorOf func() coordinator.Coordinator) error {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -79,7 +109,6 @@ func demo(w io.Writer) error {
 	p := coordinator.DefaultPolicy()
 	p.MinCalls, p.OpenFor, p.MaxOpenFor, p.ProbeSuccesses = 20, 300*time.Millisecond, 0, 1
 	p.RampFor = 2 * time.Second
-	coord := memory.New()
 	var mu sync.Mutex
 	var events []string
 	seen := map[string]bool{} // every replica hears every transition: print it once
@@ -99,7 +128,7 @@ func demo(w io.Writer) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	for range replicas {
-		b, err := cbgrpc.New(coord, cbgrpc.WithPolicy(p), onTransition)
+		b, err := cbgrpc.New(coordinatorOf(), cbgrpc.WithPolicy(p), onTransition)
 		if err != nil {
 			return err
 		}

@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
 // TestRampTimeline runs the demo: the breaker trips and closes, and after
 // the close the admitted share starts low and rises to all calls.
 func TestRampTimeline(t *testing.T) {
 	var out bytes.Buffer
-	if err := demo(&out); err != nil {
+	shared := memory.New()
+	if err := demo(&out, func() coordinator.Coordinator { return shared }); err != nil {
 		t.Fatal(err)
 	}
 	t.Log("\n" + out.String())
