@@ -15,6 +15,11 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
+// pushTimeout bounds a push: no call waits for it, so it may take longer
+// than an admission, and an answer cut short would lose the transition's
+// span (the push itself may have landed).
+const pushTimeout = time.Second
+
 // pushbackTrailer is the trailer of gRPC's retry design (A6) by which a
 // server says how long to wait before calling again, in milliseconds.
 const pushbackTrailer = "grpc-retry-pushback-ms"
@@ -152,7 +157,7 @@ func (b *Breaker) pushedBack(ctx context.Context, t ticket, method string, err e
 		// The transition belongs in the trace of the call that got the
 		// answer, which has returned by now.
 		ctx := context.WithoutCancel(ctx)
-		b.roundTrip(ctx, trip{op: "push", scope: t.scope, timeout: b.cfg.timeout, wg: &b.admits},
+		b.roundTrip(ctx, trip{op: "push", scope: t.scope, timeout: pushTimeout, wg: &b.admits},
 			func(ctx context.Context) (answer, error) {
 				res, err := pusher.Push(ctx, t.scope, b.cfg.policy, t.gen, period, reason)
 				return resulted(res), err
