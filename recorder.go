@@ -12,7 +12,12 @@ import (
 
 // maxBatch caps the outcomes of one Record, so that a scope that piled up
 // outcomes while its Record was slow sends them in calls of bounded size.
-const maxBatch = 512
+// A scope that gathers a full batch sends it without waiting for the
+// record interval (see full): a replica's busy scope must not pile up
+// more outcomes in one interval than the recorder holds, and with runs of
+// equal outcomes sent as one (the Redis coordinator), a batch costs the
+// coordinator about the same whatever its size.
+const maxBatch = 2048
 
 // item is one outcome waiting for the recorder: an outcome of an allowed
 // call (Record) or a probe's settlement (Settle, when claim is set).
@@ -148,9 +153,16 @@ func (r *recorder) take(it item) {
 	if it.outcome.Failure {
 		bt.urgent = true
 	}
-	if bt.urgent && !bt.inflight {
+	if (bt.urgent || r.full(bt)) && !bt.inflight {
 		r.send(it.scope, bt)
 	}
+}
+
+// full reports whether bt holds a batch to send now: maxBatch outcomes, or
+// half of what the recorder holds for a scope when that is less, so that
+// sending starts well before outcomes are dropped.
+func (r *recorder) full(bt *batch) bool {
+	return len(bt.outcomes) >= min(maxBatch, max(r.b.cfg.queueSize/2, 1))
 }
 
 func (r *recorder) returned(scope string) {
@@ -159,7 +171,7 @@ func (r *recorder) returned(scope string) {
 		return
 	}
 	bt.inflight = false
-	if bt.urgent && len(bt.outcomes) > 0 {
+	if (bt.urgent || r.full(bt)) && len(bt.outcomes) > 0 {
 		r.send(scope, bt)
 	}
 }
