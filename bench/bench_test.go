@@ -13,16 +13,25 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 )
 
+// requireRedis skips the test without redis-server (and redis-cli),
+// except under CI=true, where it fails.
+func requireRedis(tb testing.TB) {
+	tb.Helper()
+	for _, name := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(name); err != nil {
+			if os.Getenv("CI") == "true" {
+				tb.Fatalf("%s is required under CI: %v", name, err)
+			}
+			tb.Skipf("%s not installed: %v", name, err)
+		}
+	}
+}
+
 // setup starts a private redis-server and the gRPC server; without
 // redis-server the test is skipped, except under CI=true, where it fails.
 func setup(tb testing.TB) (*Redis, *Server) {
 	tb.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("redis-server is required under CI: %v", err)
-		}
-		tb.Skipf("redis-server not installed: %v", err)
-	}
+	requireRedis(tb)
 	r, err := StartRedis()
 	if err != nil {
 		tb.Fatal(err)

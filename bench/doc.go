@@ -1,13 +1,29 @@
-// Package bench measures what a breaker costs a gRPC unary call, on
-// loopback, for cbgrpc and its peers in one run: no breaker, cbgrpc over the
-// in-process and the Redis coordinator, sony/gobreaker v2's distributed
-// breaker with a Redis store, and failsafe-go's gRPC interceptor.
+// Package bench measures what cbgrpc costs, in a module of its own so that
+// the peers it compares with never reach the library's go.mod.
 //
-// It is a module of its own so that the peers never reach the library's
-// go.mod. Run the whole comparison with
+// [Compare] measures what a breaker costs a gRPC unary call, on loopback,
+// for cbgrpc and its peers in one run: no breaker, cbgrpc over the
+// in-process and the Redis coordinator, sony/gobreaker v2's distributed
+// breaker with a Redis store, and failsafe-go's gRPC interceptor. Run the
+// whole comparison with
 //
 //	go run ./cmd/cbbench -md results.md -json results.json
 //
 // or the Go benchmarks with go test -bench . (both start their own
 // redis-server on a free loopback port unless -redis is given).
+//
+// [RunFleet] simulates a fleet: virtual replicas, each a real Breaker with
+// its own go-redis client and Redis coordinator, calling scopes at a fixed
+// rate through the Breaker's unary interceptor to a stub dependency that
+// fails as a [Failure] says. It measures what the fleet costs Redis per
+// busy replica-scope-second (INFO cpu and commandstats), and apart what
+// the replicas cost with no call (their feeds' heartbeats); Redis memory
+// per scope and per replica; how many failing calls the dependency
+// absorbs before every replica rejects, and how fast a trip reaches every
+// replica's cache. Run it with
+//
+//	go run ./cmd/cbfleetsim -sizes 16x1,64x1,256x1,64x8
+//
+// against a redis-server, or with -cluster a 3-master Redis Cluster, that
+// it starts on free loopback ports for each run.
 package bench

@@ -1,14 +1,13 @@
 package bench
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -25,18 +24,25 @@ type Redis struct {
 // StartRedis starts a private redis-server on a free loopback port, with no
 // persistence.
 func StartRedis() (*Redis, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freePort(false)
 	if err != nil {
 		return nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	return startRedis(port)
+}
+
+// startRedis starts a redis-server on port with extra arguments, and
+// returns once it answers PING. It makes sure the server that answers is
+// the one it started, so that a port taken meanwhile by another server
+// (the shared one, say) is never mistaken for it.
+func startRedis(port int, extra ...string) (*Redis, error) {
 	dir, err := os.MkdirTemp("", "cbbench-redis")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir)
+	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir}, extra...)
+	cmd := exec.Command("redis-server", args...)
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("start redis-server (is it installed?): %w", err)
@@ -45,7 +51,12 @@ func StartRedis() (*Redis, error) {
 	c := goredis.NewClient(&goredis.Options{Addr: r.Addr})
 	defer c.Close()
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c.Ping(context.Background()).Err() == nil {
+		info, err := c.Info(context.Background(), "server").Result()
+		if err == nil {
+			if pid := infoFields(info)["process_id"]; pid != strconv.Itoa(cmd.Process.Pid) {
+				r.Stop()
+				return nil, fmt.Errorf("%s is served by another redis-server (pid %s)", r.Addr, pid)
+			}
 			return r, nil
 		}
 		if time.Now().After(deadline) {
@@ -65,23 +76,66 @@ func (r *Redis) Stop() {
 	}
 }
 
+// Target is the server, for a simulated fleet.
+func (r *Redis) Target() Target { return Target{Addrs: []string{r.Addr}} }
+
+// freePort returns a loopback port nobody listens on; with bus, one whose
+// port+10000 is free too, for a cluster node's bus.
+func freePort(bus bool) (int, error) {
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !bus {
+			return port, nil
+		}
+		if port+10000 > 65535 {
+			continue
+		}
+		b, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		if err != nil {
+			continue
+		}
+		b.Close()
+		return port, nil
+	}
+	return 0, errors.New("no free loopback port pair for a cluster node")
+}
+
 // commandCounter is a go-redis hook that counts the commands a client
 // sends: what a breaker costs in round trips, whatever a script does inside
-// Redis.
-type commandCounter struct{ n atomic.Int64 }
+// Redis. Of them, it counts apart the scripts and the publishes (on the
+// command connections: the transition feed's heartbeats), which a fleet's
+// Redis CPU is split between.
+type commandCounter struct{ n, scripts, publishes atomic.Int64 }
+
+func (c *commandCounter) count(cmd goredis.Cmder) {
+	c.n.Add(1)
+	switch cmd.Name() {
+	case "evalsha", "eval", "evalsha_ro", "eval_ro":
+		c.scripts.Add(1)
+	case "publish", "spublish":
+		c.publishes.Add(1)
+	}
+}
 
 func (c *commandCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
 func (c *commandCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		c.n.Add(1)
+		c.count(cmd)
 		return next(ctx, cmd)
 	}
 }
 
 func (c *commandCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
+		for _, cmd := range cmds {
+			c.count(cmd)
+		}
 		return next(ctx, cmds)
 	}
 }
@@ -94,18 +148,9 @@ func Commands(ctx context.Context, c *goredis.Client) (int64, error) {
 		return 0, err
 	}
 	var total int64
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		line := sc.Text()
-		name, rest, ok := strings.Cut(line, ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
-			continue
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				total += n
-			}
+	for name, s := range commandStats(info) {
+		if name != "info" {
+			total += s.calls
 		}
 	}
 	return total, nil

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 )
 
 // WriteMarkdown writes rows as a markdown table.
@@ -22,9 +23,23 @@ func WriteMarkdown(w io.Writer, rows []Row) error {
 	return nil
 }
 
-// WriteJSON writes rows as indented JSON.
-func WriteJSON(w io.Writer, rows []Row) error {
+// WriteJSON writes rows (of a comparison or of the fleet simulator) as
+// indented JSON.
+func WriteJSON[R Row | FleetRow](w io.Writer, rows []R) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(rows)
+}
+
+// WriteFile creates path and writes it with write.
+func WriteFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
 }

@@ -6,7 +6,7 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
+	"io"
 	"log"
 	"os"
 	"time"
@@ -57,26 +57,14 @@ func run(redisAddr string, o bench.Options, mdPath, jsonPath string) error {
 		return err
 	}
 	if mdPath != "" {
-		if err := writeFile(mdPath, func(f *os.File) error { return bench.WriteMarkdown(f, rows) }); err != nil {
+		if err := bench.WriteFile(mdPath, func(w io.Writer) error { return bench.WriteMarkdown(w, rows) }); err != nil {
 			return err
 		}
 	}
 	if jsonPath != "" {
-		if err := writeFile(jsonPath, func(f *os.File) error { return bench.WriteJSON(f, rows) }); err != nil {
+		if err := bench.WriteFile(jsonPath, func(w io.Writer) error { return bench.WriteJSON(w, rows) }); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func writeFile(path string, write func(*os.File) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return f.Close()
 }
