@@ -65,6 +65,8 @@ func TestPolicyValidateRejects(t *testing.T) {
 		{"zero probes", func(p *coordinator.Policy) { p.Probes = 0 }, "Probes"},
 		{"negative probes", func(p *coordinator.Policy) { p.Probes = -2 }, "Probes"},
 		{"zero probe successes", func(p *coordinator.Policy) { p.ProbeSuccesses = 0 }, "ProbeSuccesses"},
+		{"negative ramp", func(p *coordinator.Policy) { p.RampFor = -time.Second }, "RampFor"},
+		{"ramp under a millisecond", func(p *coordinator.Policy) { p.RampFor = time.Microsecond }, "RampFor"},
 		{"zero probe lease", func(p *coordinator.Policy) { p.ProbeLease = 0 }, "ProbeLease"},
 		{"negative probe lease", func(p *coordinator.Policy) { p.ProbeLease = -time.Second }, "ProbeLease"},
 		{"probe lease under 1ms", func(p *coordinator.Policy) { p.ProbeLease = time.Microsecond }, "ProbeLease"},
@@ -100,6 +102,7 @@ func TestPolicyValidateAccepts(t *testing.T) {
 	}{
 		{"small", func(*coordinator.Policy) {}},
 		{"more probe successes than probes, since a settled slot is reused", func(p *coordinator.Policy) { p.Probes, p.ProbeSuccesses = 1, 5 }},
+		{"a ramp after recoveries", func(p *coordinator.Policy) { p.RampFor = 30 * time.Second }},
 		{"consecutive failures only, MinCalls 0", func(p *coordinator.Policy) { p.FailureRatio, p.MinCalls, p.ConsecutiveFailures = 0, 0, 5 }},
 		{"slow-call rule only", func(p *coordinator.Policy) { p.FailureRatio, p.SlowCallDuration, p.SlowCallRatio = 0, time.Second, 0.8 }},
 		{"smallest ratio", func(p *coordinator.Policy) { p.FailureRatio = 0.001 }},
