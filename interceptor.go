@@ -2,6 +2,7 @@ package cbgrpc
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"reflect"
@@ -80,7 +81,7 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 		return nil, fmt.Errorf("cbgrpc: New: creating metric instruments: %w", err)
 	}
 	b := &Breaker{c: c, cfg: cfg, tel: tel, known: known, health: health{backoff: cfg.backoff}}
-	b.ids.prefix = uuid.NewString() + "-"
+	b.ids.prefix = newIDPrefix()
 	b.notify = newNotifier(cfg.onTransition)
 	b.rec = newRecorder(b)
 	ctx, stop := context.WithCancel(context.Background())
@@ -377,8 +378,10 @@ func (b *Breaker) finish(ctx context.Context, t ticket, method string, err error
 }
 
 // ids makes the unique IDs of claims and batches: a random prefix per
-// Breaker (a UUID's 122 random bits) and a counter, so that an admission
-// pays neither a random read nor more than one allocation.
+// Breaker and a counter, so that an admission pays neither a random read
+// nor more than one allocation. The IDs are short on purpose: the Redis
+// coordinator keeps a scope's last 64 batch IDs in its state hash, read
+// and written by every Record.
 type ids struct {
 	prefix string
 	n      atomic.Uint64
@@ -387,4 +390,12 @@ type ids struct {
 func (g *ids) next() string {
 	var buf [64]byte
 	return string(strconv.AppendUint(append(buf[:0], g.prefix...), g.n.Add(1), 36))
+}
+
+// newIDPrefix is 72 random bits (of a UUID's 122), 12 characters in
+// base64url, and a dot: two Breakers of a fleet share a prefix with a
+// probability of about n²/2⁷³ for n Breakers.
+func newIDPrefix() string {
+	u := uuid.New()
+	return base64.RawURLEncoding.EncodeToString(u[:9]) + "."
 }
