@@ -5,6 +5,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
@@ -62,5 +66,43 @@ func TestBreakerControlNeedsAController(t *testing.T) {
 	b := newBreaker(t, tc)
 	if _, err := b.Isolate(context.Background(), "s", coordinator.Note{Reason: "x"}); !errors.Is(err, ErrNoController) {
 		t.Fatalf("Isolate over a coordinator without control: %v, want ErrNoController", err)
+	}
+}
+
+// TestShortenedIsolationReachesTheCache: a replica that heard "isolated
+// for an hour" on its feed hears an operator shorten it to 200ms, and
+// admits calls again once that has passed, instead of rejecting from its
+// cache for the hour.
+func TestShortenedIsolationReachesTheCache(t *testing.T) {
+	c := memory.New()
+	svc := &service{}
+	// No Record while the test runs: its write would end the isolation
+	// (lazily, as every write does) and publish that, by coincidence.
+	b := newBreaker(t, c, WithScope(func(context.Context, string, string) string { return "s" }), WithRecordInterval(time.Hour))
+	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, svc), b))
+	ctx := context.Background()
+	client.EmptyCall(ctx, &testpb.Empty{}) // the feed follows the scope
+	eventually(t, "the feed to follow the scope", func() bool { epoch, _ := b.known.begin("s"); return epoch != 0 })
+	p := coordinator.DefaultPolicy()
+	if _, err := c.Isolate(ctx, "s", p, coordinator.Note{By: "ops", Reason: "migration", For: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the hour's isolation heard on the feed", func() bool {
+		f := b.known.use("s", time.Now())
+		return f.state == coordinator.StateIsolated && time.Until(f.until) > 30*time.Minute
+	})
+	if _, err := c.Isolate(ctx, "s", p, coordinator.Note{By: "ops", Reason: "almost done", For: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := client.EmptyCall(ctx, &testpb.Empty{})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrOpen) || time.Now().After(deadline) {
+			t.Fatalf("5s after the isolation was shortened to 200ms: %v; want calls admitted", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -149,10 +149,12 @@ func cmdControl(op string) func(ctx context.Context, e *env, args []string) erro
 			return err
 		}
 		var u update
-		if res.Transition == nil && (op == "isolate" || op == "disable") {
+		if (res.Transition == nil || res.Transition.From == res.Transition.To) && (op == "isolate" || op == "disable") {
 			// Isolate of an isolated breaker and disable of a disabled one
-			// make no transition but replace the note (and the end): the
-			// coordinator does not say what it replaced, the breaker does.
+			// replace the note (and the end) in the same state: no
+			// transition, or isolated -> isolated when the end moved (so
+			// that replicas hear it). The coordinator does not say what it
+			// replaced, the breaker does.
 			after, err := c.Snapshot(ctx, scope, p)
 			if err != nil {
 				return fmt.Errorf("%s made no transition; reading back the note it replaced: %w", op, err)

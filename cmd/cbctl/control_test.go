@@ -94,8 +94,9 @@ func TestCLIControlReportsUpdate(t *testing.T) {
 	after := show()
 	u := res.Updated
 	switch {
-	case !res.Changed || res.Transition != nil || res.State != "isolated" || res.Generation != gen || u == nil:
-		t.Errorf("isolate --json again: %+v; want changed, no transition, isolated in generation %d, updated", res, gen)
+	case !res.Changed || res.Transition == nil || res.Transition.From != "isolated" || res.Transition.To != "isolated" ||
+		res.State != "isolated" || res.Generation != gen || u == nil:
+		t.Errorf("isolate --json again: %+v; want changed, isolated -> isolated (the end moved), in generation %d, updated", res, gen)
 	case u.Note == nil || u.Note.From != (noteJSON{By: "tester", Reason: "second", For: "2m0s"}) || u.Note.To != *after.Operator:
 		t.Errorf("updated note: %+v; want from the second note to %+v\n%s", u.Note, *after.Operator, r.stdout)
 	case u.OpenUntil == nil || u.OpenUntil.From != s.OpenUntil || u.OpenUntil.To != after.OpenUntil:

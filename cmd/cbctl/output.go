@@ -231,7 +231,7 @@ func updated(before, after coordinator.Snapshot) update {
 // transition, what it updated, or "unchanged".
 func resultLine(scope string, res coordinator.Result, u update) string {
 	switch {
-	case res.Transition != nil:
+	case res.Transition != nil && res.Transition.From != res.Transition.To:
 		return transitionLine(*res.Transition)
 	case !u.note && !u.until:
 		return fmt.Sprintf("unchanged: %s is %v in generation %d", quoteScope(scope), res.State, res.Generation)

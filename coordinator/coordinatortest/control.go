@@ -429,3 +429,33 @@ func testInvalidNoteIsAnError(t *testing.T, f Factory) {
 	}
 	h.wantNotBorn("after invalid notes and policies, which must change nothing")
 }
+
+// testIsolateAgainWithAnotherEnd: isolating an isolated breaker with
+// another end is a transition isolated -> isolated in the same generation,
+// published, so that replicas that took the old end hear the new one;
+// with the same end and another note, nothing moves.
+func testIsolateAgainWithAnotherEnd(t *testing.T, f Factory) {
+	h := newHarness(t, f, basePolicy())
+	h.controller()
+	ctx, watch := h.watch()
+	first := h.control("isolate", coordinator.Note{By: "alice", Reason: "migration", For: time.Hour})
+	iso := first.Generation
+	h.advance(time.Second)
+	res := h.control("isolate", coordinator.Note{By: "alice", Reason: "migration, almost done", For: time.Minute})
+	end := h.now().Add(time.Minute)
+	if tr := res.Transition; tr == nil || tr.From != isolated || tr.To != isolated || tr.Generation != iso ||
+		!tr.OpenUntil.Equal(end) || tr.Reason != "isolated by alice for 1m0s: migration, almost done" {
+		t.Errorf("isolating again for 1m: %+v; want isolated -> isolated in generation %d until %v", res, iso, end)
+	}
+	if res.State != isolated || res.Generation != iso || res.RetryAfter != time.Minute {
+		t.Errorf("isolating again for 1m: %+v; want isolated in %d for 1m", res, iso)
+	}
+	res = h.control("isolate", coordinator.Note{By: "bob", Reason: "same end, another note", For: time.Minute})
+	h.wantNoTransition("isolating again with the same end", res.Transition)
+	if s := h.snapshot(); s.Operator.By != "bob" || !s.OpenUntil.Equal(end) {
+		t.Errorf("snapshot %+v; want bob's note, the end unchanged", s)
+	}
+	tr := coordinator.Transition{Scope: h.scope, From: isolated, To: isolated, Generation: iso, At: end.Add(-time.Minute),
+		Reason: "isolated by alice for 1m0s: migration, almost done", OpenUntil: end}
+	wantTransitions(t, ctx, watch, []coordinator.Transition{*first.Transition, tr})
+}

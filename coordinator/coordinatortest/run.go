@@ -116,6 +116,7 @@ var rules = []struct {
 	// control.go: the optional operators' commands
 	{"IsolateRejectsEveryAdmit", testIsolateRejectsEveryAdmit},
 	{"IsolateForEndsByItself", testIsolateForEndsByItself},
+	{"IsolateAgainWithAnotherEnd", testIsolateAgainWithAnotherEnd},
 	{"IsolationEndsLazilyOnEveryWrite", testIsolationEndsLazilyOnEveryWrite},
 	{"ReleaseClosesWithNewGeneration", testReleaseClosesWithNewGeneration},
 	{"DisableAllowsAndNeverTrips", testDisableAllowsAndNeverTrips},

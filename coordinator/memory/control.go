@@ -45,7 +45,7 @@ func (c *Coordinator) control(ctx context.Context, op, scope string, p coordinat
 // control applies one operator command and returns the transition it made,
 // if any.
 func (b *breaker) control(r *rules, now int64, op string, n coordinator.Note) *coordinator.Transition {
-	from := b.state
+	from, end := b.state, b.openUntil
 	switch op {
 	case "isolate":
 		if from != coordinator.StateIsolated {
@@ -75,7 +75,9 @@ func (b *breaker) control(r *rules, now int64, op string, n coordinator.Note) *c
 			b.expiresAt = r.keep(now)
 		}
 	}
-	if b.state == from {
+	// Isolating again with another end is a transition of its own, in the
+	// same generation, so that every replica hears the new end.
+	if b.state == from && !(op == "isolate" && b.openUntil != end) {
 		return nil
 	}
 	return b.transition(from, now, n.Describe(op))

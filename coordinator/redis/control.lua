@@ -25,7 +25,7 @@ local function note()
     'note_for', int(NOTE_FOR), 'noted_at', int(NOW))
 end
 
-local from = s.state
+local from, ended = s.state, s.open_until
 if COMMAND == 'isolate' then
   local till = 0
   if NOTE_FOR > 0 then
@@ -58,7 +58,9 @@ elseif from == DISABLED then -- enable
 end
 
 local tr = false
-if s.state ~= from then
+-- Isolating again with another end is a transition of its own, in the
+-- same generation, so that every replica hears the new end.
+if s.state ~= from or (COMMAND == 'isolate' and s.open_until ~= ended) then
   tr = transition(s, from, REASON)
 end
 return reply(s, tr, nil, 0)
