@@ -63,6 +63,16 @@ type recorder struct {
 
 	batches map[string]*batch // owned by the loop
 	flushBy time.Time         // set by stop before quit is closed
+
+	// waiting holds the successes added since the loop last took them:
+	// the calls of a busy scope append here under one short lock instead
+	// of waking the loop's goroutine once each through queue. The loop
+	// takes them every record interval, when a scope's reach a full
+	// batch (kick), and before a failure of the same scope, so that the
+	// outcomes of a scope keep their order.
+	wmu     sync.Mutex
+	waiting map[string][]item
+	kick    chan struct{} // cap 1: a scope's waiting successes make a full batch
 }
 
 func newRecorder(b *Breaker) *recorder {
@@ -73,6 +83,8 @@ func newRecorder(b *Breaker) *recorder {
 		quit:    make(chan struct{}),
 		stopped: make(chan struct{}),
 		batches: make(map[string]*batch),
+		waiting: make(map[string][]item),
+		kick:    make(chan struct{}, 1),
 	}
 	r.wg.Add(1)
 	go r.loop()
@@ -90,10 +102,54 @@ func (r *recorder) add(it item) {
 		r.b.tel.drop(it.scope, dropClosed, 1)
 		return
 	}
+	if it.claim == "" && !it.outcome.Failure {
+		r.wait(it)
+		return
+	}
 	select {
 	case r.queue <- it:
 	default:
 		r.b.tel.drop(it.scope, dropQueueFull, 1)
+	}
+}
+
+// wait keeps a success for the loop to take (see waiting).
+func (r *recorder) wait(it item) {
+	r.wmu.Lock()
+	list := r.waiting[it.scope]
+	if len(list) >= r.b.cfg.queueSize {
+		r.wmu.Unlock()
+		r.b.tel.drop(it.scope, dropQueueFull, 1)
+		return
+	}
+	list = append(list, it)
+	r.waiting[it.scope] = list
+	full := len(list) >= r.fullAt()
+	r.wmu.Unlock()
+	if full {
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// collect takes the waiting successes of scope, or of every scope when
+// scope is "".
+func (r *recorder) collect(scope string) {
+	r.wmu.Lock()
+	var taken map[string][]item
+	if scope == "" {
+		taken, r.waiting = r.waiting, make(map[string][]item, len(r.waiting))
+	} else if list, ok := r.waiting[scope]; ok {
+		taken = map[string][]item{scope: list}
+		delete(r.waiting, scope)
+	}
+	r.wmu.Unlock()
+	for _, list := range taken {
+		for _, it := range list {
+			r.take(it)
+		}
 	}
 }
 
@@ -112,7 +168,10 @@ func (r *recorder) loop() {
 			r.take(it)
 		case scope := <-r.done:
 			r.returned(scope)
+		case <-r.kick:
+			r.collect("")
 		case <-tick.C:
+			r.collect("")
 			for scope, bt := range r.batches {
 				switch {
 				case bt.inflight:
@@ -133,6 +192,10 @@ func (r *recorder) take(it item) {
 	if it.claim != "" {
 		r.settle(it)
 		return
+	}
+	if it.outcome.Failure {
+		// The successes of the scope that waited go first.
+		r.collect(it.scope)
 	}
 	bt := r.batches[it.scope]
 	if bt == nil {
@@ -158,11 +221,16 @@ func (r *recorder) take(it item) {
 	}
 }
 
-// full reports whether bt holds a batch to send now: maxBatch outcomes, or
-// half of what the recorder holds for a scope when that is less, so that
-// sending starts well before outcomes are dropped.
+// full reports whether bt holds a batch to send now (fullAt).
 func (r *recorder) full(bt *batch) bool {
-	return len(bt.outcomes) >= min(maxBatch, max(r.b.cfg.queueSize/2, 1))
+	return len(bt.outcomes) >= r.fullAt()
+}
+
+// fullAt is a full batch: maxBatch outcomes, or half of what the recorder
+// holds for a scope when that is less, so that sending starts well before
+// outcomes are dropped.
+func (r *recorder) fullAt() int {
+	return min(maxBatch, max(r.b.cfg.queueSize/2, 1))
 }
 
 func (r *recorder) returned(scope string) {
@@ -171,7 +239,12 @@ func (r *recorder) returned(scope string) {
 		return
 	}
 	bt.inflight = false
-	if (bt.urgent || r.full(bt)) && len(bt.outcomes) > 0 {
+	if bt.urgent {
+		// The next batch goes now: with the successes that waited (taking
+		// them may send it already).
+		r.collect(scope)
+	}
+	if (bt.urgent || r.full(bt)) && len(bt.outcomes) > 0 && !bt.inflight {
 		r.send(scope, bt)
 	}
 }
@@ -282,6 +355,7 @@ func (r *recorder) flush() {
 		}
 		break
 	}
+	r.collect("")
 	timer := time.NewTimer(time.Until(r.flushBy))
 	defer timer.Stop()
 	for {
