@@ -74,12 +74,13 @@
 // A feed proves that it still hears what the coordinator publishes, since
 // a subscription can go silent without an error (kept on a demoted master
 // after a failover, half-open, behind a proxy that stopped forwarding, on
-// a node that lost the slot). Every 500 ms a Watch publishes a heartbeat,
-// through the client's command connections as the scripts do, on a
-// channel of its own that each of its subscriptions follows. It reports
-// the feed lost ([coordinator.ErrFeedLost], saying why) when a heartbeat
-// reaches no subscriber on the node the commands go to (a failover, a
-// moved slot), when none has come back for 1.5 s, or when Redis
+// a node that lost the slot). Every 500 ms ([WithHeartbeat]) a Watch
+// publishes a heartbeat, through the client's command connections as the
+// scripts do, on a channel of its own that each of its subscriptions
+// follows. It reports the feed lost ([coordinator.ErrFeedLost], saying
+// why) when a heartbeat reaches no subscriber on the node the commands go
+// to (a failover, a moved slot), when none has come back for 1.5 s (three
+// periods), or when Redis
 // unsubscribes a channel on its own (a slot that moved): within 2 s of the
 // fault, or of the client's following a failover. A Watch that follows no
 // scope holds no subscription and sends no heartbeat. Each heartbeat is

@@ -17,9 +17,9 @@ import (
 // Cluster node that no longer serves the slot. So a Watch proves its feed
 // end to end. Each subscription also follows a heartbeat channel of the
 // Watch's own, in the slot of the scope it was opened for, and every
-// heartbeatEvery the Watch publishes on it through the client's command
-// connections, which go where the scripts' PUBLISH goes. The feed is lost
-// when:
+// heartbeat period (WithHeartbeat; 500 ms by default) the Watch publishes
+// on it through the client's command connections, which go where the
+// scripts' PUBLISH goes. The feed is lost when:
 //   - the reply, which counts the subscribers on the node that ran the
 //     command, is 0: the commands reach a node the subscription is not on
 //     (the new master after a failover, the new owner of a slot). Silence
@@ -28,17 +28,17 @@ import (
 //     what came before (measured with redistest's Sentinel: 0.8 s of
 //     heartbeats lost, then heard again). A client subscribed on the new
 //     master to a pattern matching every channel would hide it;
-//   - no heartbeat has come back for silenceBound: the path from the node
+//   - no heartbeat has come back for three periods: the path from the node
 //     is broken;
 //   - Redis unsubscribes a channel on its own: its slot moved (see
 //     confirmed).
 //
-// Within 2 s, worst case: a path that breaks at F has delivered its last
-// heartbeat at H <= F, and the reader's read deadline is H + silenceBound
+// With the default period, within 2 s, worst case: a path that breaks at F has delivered its last
+// heartbeat at H <= F, and the reader's read deadline is H + 3 periods
 // (plus the time the reader waited for Next to take a transition, which
 // is no silence), so Next reports the loss by F + 1.5 s; a failover or a
 // moved slot by the first heartbeat the client sends to the new node, at
-// most heartbeatEvery + a round trip after the client follows it
+// most a period and a round trip after the client follows it
 // (measured: 0.5-1.3 s after the replica's promotion with Sentinel, whose
 // announcement takes most of it; 0.05 s on a Cluster, by the
 // unsubscription). A false alarm takes three heartbeats in a row missed,
@@ -54,10 +54,16 @@ import (
 // two replies, as for any command here), 150-210 µs on a Cluster node
 // (SPUBLISH 12-17 µs). Heartbeats every 250 ms cost twice that and only
 // hear of a failover sooner.
+// The defaults; WithHeartbeat sets another period, and the silence bound
+// is always three periods.
 const (
 	heartbeatEvery = 500 * time.Millisecond
-	silenceBound   = 1500 * time.Millisecond
+	silenceBound   = 3 * heartbeatEvery
 )
+
+// silence is how long a subscription may hear no heartbeat before its
+// feed is lost.
+func (c *Coordinator) silence() time.Duration { return 3 * c.heartbeat }
 
 // heartbeatChannel names the heartbeat channel of the Watch id on the
 // subscription that opened with ch, a scope's channel: in ch's hash tag,
@@ -68,12 +74,12 @@ func heartbeatChannel(ch, id string) string {
 	return ch[:strings.IndexByte(ch, '}')+1] + ":heartbeat:" + id
 }
 
-// beat publishes the heartbeats every heartbeatEvery until the Watch ends.
+// beat publishes the heartbeats every period until the Watch ends.
 // A Watch that follows no scope has no subscription, nothing to miss, and
 // publishes nothing.
 func (w *watch) beat() {
 	defer w.wg.Done()
-	tick := time.NewTicker(heartbeatEvery)
+	tick := time.NewTicker(w.c.heartbeat)
 	defer tick.Stop()
 	for {
 		select {
@@ -101,7 +107,7 @@ func (w *watch) publish() {
 		return
 	}
 	// A heartbeat later than this is no use: the reader has given up.
-	ctx, cancel := context.WithTimeout(w.life, silenceBound)
+	ctx, cancel := context.WithTimeout(w.life, w.c.silence())
 	defer cancel()
 	sent := make([]*goredis.IntCmd, len(subs))
 	w.c.client.Pipelined(ctx, func(p goredis.Pipeliner) error {

@@ -177,6 +177,44 @@ func TestWatchLostWhenProxyStopsForwarding(t *testing.T) {
 	lostWithin(t, <-lost, blocked)
 }
 
+// WithHeartbeat sets the period, and so the silence bound: with a 100ms
+// heartbeat, a proxy that stops forwarding is reported within 300ms and a
+// bit, well before the default 1.5 s.
+func TestWithHeartbeatSetsTheSilenceBound(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy, err := faultproxy.Start(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	defer proxy.Unblock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := New(goredis.NewClient(&goredis.Options{Addr: proxy.Addr()}), WithHeartbeat(100*time.Millisecond))
+	t.Cleanup(func() { c.client.Close() })
+	w := heard(t, ctx, c, "s")
+	lost := lose(ctx, w)
+	proxy.Block()
+	blocked := time.Now()
+	l := <-lost
+	took := l.at.Sub(blocked)
+	t.Logf("feed reported lost %v after the proxy stopped, with a 100ms heartbeat: %v", took.Round(time.Millisecond), l.err)
+	if !errors.Is(l.err, coordinator.ErrFeedLost) || took > time.Second {
+		t.Errorf("lost %v after the fault: %v; want ErrFeedLost within a second (three 100ms periods and slack)", took, l.err)
+	}
+	for _, bad := range []time.Duration{time.Millisecond, -time.Second} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "WithHeartbeat") {
+					t.Errorf("WithHeartbeat(%v): panic %v; want one naming the option", bad, r)
+				}
+			}()
+			New(srv.Client(t), WithHeartbeat(bad))
+		}()
+	}
+}
+
 // After a Sentinel failover the failover client sends its commands to the
 // new master, while the Watch's connection stays on the demoted one.
 func TestWatchLostOnSentinelFailover(t *testing.T) {

@@ -253,7 +253,7 @@ func (w *watch) read(s *sub) {
 	defer w.wg.Done()
 	heard := time.Now() // when the last heartbeat came
 	for {
-		wait := time.Until(heard.Add(silenceBound))
+		wait := time.Until(heard.Add(w.c.silence()))
 		if wait <= 0 {
 			w.fail(w.silence(s, time.Since(heard)))
 			return
