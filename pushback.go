@@ -80,7 +80,7 @@ func pushbackOf(st *status.Status, trailer metadata.MD) (period time.Duration, r
 }
 
 // WithServerPushback lets a server that is overloaded keep the whole fleet
-// away: an answer with one of codes, to one of methods (full methods
+// away: an answer with one of the codes in on, to one of methods (full methods
 // "/pkg.Service/Method" or services "/pkg.Service/"; none: every method),
 // that carries gRPC's grpc-retry-pushback-ms trailer or a
 // google.rpc.RetryInfo detail opens the scope's breaker for the time the
