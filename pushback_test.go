@@ -300,3 +300,22 @@ func TestRedisPushBurstMakesOneTransition(t *testing.T) {
 		t.Errorf("%d transitions, %d stale; want 1 and 999", transitions.Load(), stale.Load())
 	}
 }
+
+// TestServerPushbackLeavesTheCallersOptionsAlone: reading the trailer adds
+// a call option; the caller's slice, and its spare capacity, stay as they
+// were.
+func TestServerPushbackLeavesTheCallersOptionsAlone(t *testing.T) {
+	svc := &pushingBack{trailer: "10"}
+	b := newBreaker(t, memory.New(), WithServerPushback([]codes.Code{codes.ResourceExhausted}))
+	cc := dial(t, serveTest(t, svc), b)
+	mine := grpc.WaitForReady(false)
+	opts := make([]grpc.CallOption, 1, 4)
+	opts[0] = mine
+	err := cc.Invoke(context.Background(), "/grpc.testing.TestService/EmptyCall", &testpb.Empty{}, &testpb.Empty{}, opts...)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("call: %v", err)
+	}
+	if spare := opts[:cap(opts)]; spare[0] != mine || spare[1] != nil {
+		t.Errorf("the caller's options after the call: %v; want its own option and nothing written past it", spare)
+	}
+}

@@ -39,7 +39,9 @@ func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		t.classifier = classifier
 		var trailer metadata.MD
 		if b.cfg.pushback != nil {
-			opts = append(opts, grpc.Trailer(&trailer))
+			// A copy: appending to the caller's slice could write into
+			// its spare capacity.
+			opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
 		}
 		err = invoker(ctx, method, req, reply, cc, opts...)
 		class := b.finish(ctx, t, method, err)
