@@ -68,8 +68,8 @@ const (
 	// the failure ratio look higher, by at most a second's share of the
 	// window.
 	DefaultRecordInterval = time.Second
-	// DefaultQueueSize is how many outcomes may wait for the recorder
-	// before new ones are dropped.
+	// DefaultQueueSize is how many outcomes of one scope may wait for the
+	// recorder before new ones are dropped.
 	DefaultQueueSize = 4096
 	// DefaultAdmissionCacheMaxAge bounds how long a scope read closed from
 	// the coordinator is admitted locally without asking again. A busy
@@ -247,8 +247,10 @@ func WithRecordInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.recordInterval = d })
 }
 
-// WithQueueSize sets how many outcomes may wait for the recorder; beyond
-// it, outcomes are dropped and counted. The default is [DefaultQueueSize].
+// WithQueueSize sets how many outcomes of one scope may wait for the
+// recorder; beyond it, outcomes are dropped and counted. A scope sends a
+// batch without waiting for the record interval once half of it waits
+// (2048 at most). The default is [DefaultQueueSize].
 func WithQueueSize(n int) Option {
 	return optionFunc(func(c *config) { c.queueSize = n })
 }

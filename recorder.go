@@ -10,8 +10,9 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
-// maxBatch caps the outcomes of one Record, so that a scope that piled up
-// outcomes while its Record was slow sends them in calls of bounded size.
+// maxBatch caps a full batch (fullAt), the most outcomes one Record
+// carries, so that a scope that piled up outcomes while its Record was
+// slow sends them in calls of bounded size.
 // A scope that gathers a full batch sends it without waiting for the
 // record interval (see full): a replica's busy scope must not pile up
 // more outcomes in one interval than the recorder holds, and with runs of
@@ -38,9 +39,9 @@ type batch struct {
 	inflight bool // a Record of this scope is running
 }
 
-// recorder delivers outcomes off the calls' path. Outcomes go through a
-// bounded queue to one goroutine that sends them with Record as a group
-// commit: at most one Record in flight per scope, the next batch
+// recorder delivers outcomes off the calls' path. Outcomes wait, per
+// scope and bounded, for one goroutine that sends them with Record as a
+// group commit: at most one Record in flight per scope, the next batch
 // accumulating meanwhile. A failure is sent as soon as the previous Record
 // returns, so it reaches the coordinator within about one round trip
 // however busy the scope; successes alone wait up to the record interval.
@@ -52,7 +53,6 @@ type recorder struct {
 	// the recorder closed, and then flushed, or it is counted dropped.
 	mu     sync.RWMutex
 	closed bool
-	queue  chan item
 	done   chan string // scope whose Record returned
 	quit   chan struct{}
 	// stopped is closed when the loop has returned.
@@ -64,21 +64,19 @@ type recorder struct {
 	batches map[string]*batch // owned by the loop
 	flushBy time.Time         // set by stop before quit is closed
 
-	// waiting holds the successes added since the loop last took them:
-	// the calls of a busy scope append here under one short lock instead
-	// of waking the loop's goroutine once each through queue. The loop
-	// takes them every record interval, when a scope's reach a full
-	// batch (kick), and before a failure of the same scope, so that the
-	// outcomes of a scope keep their order.
+	// waiting holds, per scope and in order, the outcomes and probe
+	// settlements added since the loop last took them: a call appends
+	// under one short lock, and wakes the loop (kick) only for what must
+	// not wait: a failure, a probe, a full batch. The loop takes the rest
+	// every record interval.
 	wmu     sync.Mutex
 	waiting map[string][]item
-	kick    chan struct{} // cap 1: a scope's waiting successes make a full batch
+	kick    chan struct{} // cap 1: something waiting must go now
 }
 
 func newRecorder(b *Breaker) *recorder {
 	r := &recorder{
 		b:       b,
-		queue:   make(chan item, b.cfg.queueSize),
 		done:    make(chan string),
 		quit:    make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -102,19 +100,6 @@ func (r *recorder) add(it item) {
 		r.b.tel.drop(it.scope, dropClosed, 1)
 		return
 	}
-	if it.claim == "" && !it.outcome.Failure {
-		r.wait(it)
-		return
-	}
-	select {
-	case r.queue <- it:
-	default:
-		r.b.tel.drop(it.scope, dropQueueFull, 1)
-	}
-}
-
-// wait keeps a success for the loop to take (see waiting).
-func (r *recorder) wait(it item) {
 	r.wmu.Lock()
 	list := r.waiting[it.scope]
 	if len(list) >= r.b.cfg.queueSize {
@@ -124,9 +109,9 @@ func (r *recorder) wait(it item) {
 	}
 	list = append(list, it)
 	r.waiting[it.scope] = list
-	full := len(list) >= r.fullAt()
+	now := it.claim != "" || it.outcome.Failure || len(list) >= r.fullAt()
 	r.wmu.Unlock()
-	if full {
+	if now {
 		select {
 		case r.kick <- struct{}{}:
 		default:
@@ -134,22 +119,23 @@ func (r *recorder) wait(it item) {
 	}
 }
 
-// collect takes the waiting successes of scope, or of every scope when
-// scope is "".
+// collect takes what waits, of scope, or of every scope when scope is "".
 func (r *recorder) collect(scope string) {
 	r.wmu.Lock()
 	var taken map[string][]item
 	if scope == "" {
-		taken, r.waiting = r.waiting, make(map[string][]item, len(r.waiting))
+		taken, r.waiting = r.waiting, make(map[string][]item)
 	} else if list, ok := r.waiting[scope]; ok {
 		taken = map[string][]item{scope: list}
 		delete(r.waiting, scope)
 	}
 	r.wmu.Unlock()
-	for _, list := range taken {
+	// All of it first, then what must go: one batch per scope.
+	for scope, list := range taken {
 		for _, it := range list {
 			r.take(it)
 		}
+		r.ready(scope)
 	}
 }
 
@@ -164,8 +150,6 @@ func (r *recorder) loop() {
 	defer tick.Stop()
 	for {
 		select {
-		case it := <-r.queue:
-			r.take(it)
 		case scope := <-r.done:
 			r.returned(scope)
 		case <-r.kick:
@@ -193,10 +177,6 @@ func (r *recorder) take(it item) {
 		r.settle(it)
 		return
 	}
-	if it.outcome.Failure {
-		// The successes of the scope that waited go first.
-		r.collect(it.scope)
-	}
 	bt := r.batches[it.scope]
 	if bt == nil {
 		bt = &batch{}
@@ -216,8 +196,13 @@ func (r *recorder) take(it item) {
 	if it.outcome.Failure {
 		bt.urgent = true
 	}
-	if (bt.urgent || r.full(bt)) && !bt.inflight {
-		r.send(it.scope, bt)
+}
+
+// ready sends scope's batch if it must go now and nothing of the scope is
+// in flight: it holds a failure, or is full.
+func (r *recorder) ready(scope string) {
+	if bt := r.batches[scope]; bt != nil && !bt.inflight && len(bt.outcomes) > 0 && (bt.urgent || r.full(bt)) {
+		r.send(scope, bt)
 	}
 }
 
@@ -239,19 +224,14 @@ func (r *recorder) returned(scope string) {
 		return
 	}
 	bt.inflight = false
-	if bt.urgent {
-		// The next batch goes now: with the successes that waited (taking
-		// them may send it already).
-		r.collect(scope)
-	}
-	if (bt.urgent || r.full(bt)) && len(bt.outcomes) > 0 && !bt.inflight {
-		r.send(scope, bt)
-	}
+	// The next batch takes everything of the scope that waited.
+	r.collect(scope)
+	r.ready(scope)
 }
 
 // send starts a Record of the scope's pending outcomes.
 func (r *recorder) send(scope string, bt *batch) {
-	n := min(len(bt.outcomes), maxBatch)
+	n := min(len(bt.outcomes), r.fullAt())
 	outcomes := make([]coordinator.Outcome, n)
 	copy(outcomes, bt.outcomes)
 	bt.outcomes = append(bt.outcomes[:0], bt.outcomes[n:]...)
@@ -346,15 +326,6 @@ func (r *recorder) stop(deadline time.Time) bool {
 // flush sends everything still queued or pending, each scope's batches one
 // after another, until r.flushBy; what is left then is dropped and counted.
 func (r *recorder) flush() {
-	for {
-		select {
-		case it := <-r.queue:
-			r.take(it)
-			continue
-		default:
-		}
-		break
-	}
 	r.collect("")
 	timer := time.NewTimer(time.Until(r.flushBy))
 	defer timer.Stop()
