@@ -89,7 +89,7 @@ const (
 type config struct {
 	policy         coordinator.Policy
 	scope          ScopeFunc
-	excluded       excluded
+	excluded       methodSet
 	classifier     Classifier
 	failure        FailurePolicy
 	timeout        time.Duration
@@ -111,7 +111,7 @@ func newConfig(opts []Option) config {
 	c := config{
 		policy:         coordinator.DefaultPolicy(),
 		scope:          ScopeByMethod,
-		excluded:       make(excluded),
+		excluded:       make(methodSet),
 		classifier:     DefaultClassifier,
 		failure:        FailOpen,
 		timeout:        DefaultCoordinatorTimeout,
@@ -164,11 +164,20 @@ func (c *config) validate() error {
 		return fmt.Errorf("cbgrpc: WithQueueSize: must be at least 1, got %d", c.queueSize)
 	}
 	for m := range c.excluded {
-		if !strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 {
-			return fmt.Errorf("cbgrpc: WithExcludedMethods: %q is neither a full method (\"/pkg.Service/Method\") nor a service (\"/pkg.Service/\")", m)
+		if err := checkMethod("WithExcludedMethods", m); err != nil {
+			return err
 		}
 	}
 	return c.pushback.validate()
+}
+
+// checkMethod refuses, naming option, what is neither a full method
+// ("/pkg.Service/Method") nor a whole service ("/pkg.Service/").
+func checkMethod(option, m string) error {
+	if !strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 {
+		return fmt.Errorf("cbgrpc: %s: %q is neither a full method (\"/pkg.Service/Method\") nor a service (\"/pkg.Service/\")", option, m)
+	}
+	return nil
 }
 
 var errNilCoordinator = errors.New("cbgrpc: New: coordinator is nil; pass memory.New() for one process or redis.New(client) for a fleet")

@@ -28,22 +28,11 @@ const pushbackTrailer = "grpc-retry-pushback-ms"
 // breaker (WithServerPushback).
 type pushbackRule struct {
 	codes   map[codes.Code]bool
-	methods []string // full methods or services ("/pkg.Svc/"); none: every method
+	methods methodSet // none: every method
 }
 
 func (r *pushbackRule) applies(method string, code codes.Code) bool {
-	if r == nil || !r.codes[code] {
-		return false
-	}
-	if len(r.methods) == 0 {
-		return true
-	}
-	for _, m := range r.methods {
-		if m == method || strings.HasSuffix(m, "/") && strings.HasPrefix(method, m) {
-			return true
-		}
-	}
-	return false
+	return r != nil && r.codes[code] && (len(r.methods) == 0 || r.methods.has(method))
 }
 
 // pushbackOf reads the pushback an answer carries: the pushback trailer,
@@ -98,9 +87,12 @@ func pushbackOf(st *status.Status, trailer metadata.MD) (period time.Duration, r
 // coordinator.Pusher (both of this module's are); New fails otherwise.
 func WithServerPushback(on []codes.Code, methods ...string) Option {
 	return optionFunc(func(c *config) {
-		r := &pushbackRule{codes: make(map[codes.Code]bool, len(on)), methods: methods}
+		r := &pushbackRule{codes: make(map[codes.Code]bool, len(on)), methods: make(methodSet, len(methods))}
 		for _, code := range on {
 			r.codes[code] = true
+		}
+		for _, m := range methods {
+			r.methods[m] = struct{}{}
 		}
 		c.pushback = r
 	})
@@ -116,9 +108,9 @@ func (r *pushbackRule) validate() error {
 	if r.codes[codes.OK] {
 		return fmt.Errorf("cbgrpc: WithServerPushback: codes.OK is no failure; a successful answer never opens the breaker")
 	}
-	for _, m := range r.methods {
-		if !strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 {
-			return fmt.Errorf("cbgrpc: WithServerPushback: %q is neither a full method (\"/pkg.Service/Method\") nor a service (\"/pkg.Service/\")", m)
+	for m := range r.methods {
+		if err := checkMethod("WithServerPushback", m); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -68,7 +68,7 @@ func TestPushbackOf(t *testing.T) {
 }
 
 func TestPushbackRuleApplies(t *testing.T) {
-	r := &pushbackRule{codes: map[codes.Code]bool{codes.ResourceExhausted: true}, methods: []string{"/pkg.Svc/", "/other.S/M"}}
+	r := &pushbackRule{codes: map[codes.Code]bool{codes.ResourceExhausted: true}, methods: methodSet{"/pkg.Svc/": {}, "/other.S/M": {}}}
 	for _, c := range []struct {
 		method string
 		code   codes.Code

@@ -66,10 +66,11 @@ var defaultExcluded = []string{
 	"/grpc.reflection.v1alpha.ServerReflection/",
 }
 
-// excluded is a set of full methods and services ("/pkg.Service/").
-type excluded map[string]struct{}
+// methodSet is a set of full methods and services ("/pkg.Service/"): the
+// methods left out of the breaker, those a server's pushback counts for.
+type methodSet map[string]struct{}
 
-func (x excluded) has(method string) bool {
+func (x methodSet) has(method string) bool {
 	if len(x) == 0 {
 		return false
 	}
