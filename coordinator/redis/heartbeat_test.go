@@ -156,6 +156,39 @@ func beating(t *testing.T, w coordinator.Watch) []string {
 // missing heartbeats tell.
 func TestWatchLostWhenProxyStopsForwarding(t *testing.T) {
 	t.Parallel()
+	l, blocked := lostWhenProxyStops(t)
+	lostWithin(t, l, blocked)
+}
+
+// WithHeartbeat sets the period, and so the silence bound: with a 100ms
+// heartbeat, a proxy that stops forwarding is reported within 300ms and a
+// bit, well before the default 1.5 s.
+func TestWithHeartbeatSetsTheSilenceBound(t *testing.T) {
+	t.Parallel()
+	l, blocked := lostWhenProxyStops(t, WithHeartbeat(100*time.Millisecond))
+	took := l.at.Sub(blocked)
+	t.Logf("feed reported lost %v after the proxy stopped, with a 100ms heartbeat: %v", took.Round(time.Millisecond), l.err)
+	if !errors.Is(l.err, coordinator.ErrFeedLost) || took > time.Second {
+		t.Errorf("lost %v after the fault: %v; want ErrFeedLost within a second (three 100ms periods and slack)", took, l.err)
+	}
+	srv := redistest.Start(t)
+	for _, bad := range []time.Duration{time.Millisecond, -time.Second} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "WithHeartbeat") {
+					t.Errorf("WithHeartbeat(%v): panic %v; want one naming the option", bad, r)
+				}
+			}()
+			New(srv.Client(t), WithHeartbeat(bad))
+		}()
+	}
+}
+
+// lostWhenProxyStops follows a scope through a proxy to a redis-server,
+// makes the proxy stop forwarding, and returns how the Watch reported the
+// loss and when the proxy stopped.
+func lostWhenProxyStops(t *testing.T, opts ...Option) (loss, time.Time) {
+	t.Helper()
 	srv := redistest.Start(t)
 	proxy, err := faultproxy.Start(srv.Addr())
 	if err != nil {
@@ -167,52 +200,14 @@ func TestWatchLostWhenProxyStopsForwarding(t *testing.T) {
 	defer proxy.Unblock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := New(goredis.NewClient(&goredis.Options{Addr: proxy.Addr()}))
+	c := New(goredis.NewClient(&goredis.Options{Addr: proxy.Addr()}), opts...)
 	t.Cleanup(func() { c.client.Close() })
 	w := heard(t, ctx, c, "s")
 
 	lost := lose(ctx, w)
 	proxy.Block()
 	blocked := time.Now()
-	lostWithin(t, <-lost, blocked)
-}
-
-// WithHeartbeat sets the period, and so the silence bound: with a 100ms
-// heartbeat, a proxy that stops forwarding is reported within 300ms and a
-// bit, well before the default 1.5 s.
-func TestWithHeartbeatSetsTheSilenceBound(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	proxy, err := faultproxy.Start(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	defer proxy.Unblock()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c := New(goredis.NewClient(&goredis.Options{Addr: proxy.Addr()}), WithHeartbeat(100*time.Millisecond))
-	t.Cleanup(func() { c.client.Close() })
-	w := heard(t, ctx, c, "s")
-	lost := lose(ctx, w)
-	proxy.Block()
-	blocked := time.Now()
-	l := <-lost
-	took := l.at.Sub(blocked)
-	t.Logf("feed reported lost %v after the proxy stopped, with a 100ms heartbeat: %v", took.Round(time.Millisecond), l.err)
-	if !errors.Is(l.err, coordinator.ErrFeedLost) || took > time.Second {
-		t.Errorf("lost %v after the fault: %v; want ErrFeedLost within a second (three 100ms periods and slack)", took, l.err)
-	}
-	for _, bad := range []time.Duration{time.Millisecond, -time.Second} {
-		func() {
-			defer func() {
-				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "WithHeartbeat") {
-					t.Errorf("WithHeartbeat(%v): panic %v; want one naming the option", bad, r)
-				}
-			}()
-			New(srv.Client(t), WithHeartbeat(bad))
-		}()
-	}
+	return <-lost, blocked
 }
 
 // After a Sentinel failover the failover client sends its commands to the
