@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
@@ -170,5 +172,31 @@ func TestRedisRampInStep(t *testing.T) {
 		if d := end.Sub(want); d < -100*time.Millisecond || d > 100*time.Millisecond {
 			t.Errorf("replica %d: its ramp ends %v from the coordinator's; want within 100ms", i+1, d.Round(time.Millisecond))
 		}
+	}
+}
+
+// TestFailuresDuringTheRampReopen: the calls the ramp admits count as
+// usual; when they fail, the breaker opens again, and the next calls are
+// rejected as open, not as ramping.
+func TestFailuresDuringTheRampReopen(t *testing.T) {
+	clk := coordinatortest.NewClock()
+	c := memory.New(memory.WithClock(clk.Now))
+	p := rampPolicy()
+	const scope = "inventory"
+	svc := &service{}
+	b := newBreaker(t, c, WithPolicy(p), WithAdmissionCache(0),
+		WithScope(func(context.Context, string, string) string { return scope }))
+	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, svc), b))
+	closed := recoverScope(t, c, clk, scope, p)
+	clk.Set(closed.Add(p.RampFor / 2))
+	svc.setErr(status.Error(codes.Unavailable, "down again"))
+	ctx := context.Background()
+	var oe *OpenError
+	eventually(t, "the breaker to reopen during the ramp", func() bool {
+		_, err := client.EmptyCall(ctx, &testpb.Empty{})
+		return errors.As(err, &oe) && oe.State == coordinator.StateOpen
+	})
+	if s, err := c.Snapshot(ctx, scope, p); err != nil || s.State != coordinator.StateOpen || s.LastTrip.Failures == 0 {
+		t.Errorf("after failures during the ramp: %+v, %v; want open by the failures counted", s, err)
 	}
 }
