@@ -16,11 +16,15 @@ var ErrNoLister = errors.New("cbgrpc: the coordinator cannot list its scopes")
 // Breaker's policy: the window's counts, the open period, an operator's
 // note, and why and when it last tripped (coordinator.Snapshot.LastTrip).
 // Looking changes nothing, not even this process's knowledge of the
-// scope. A scope that is not born reads closed in generation 0.
+// scope. A scope that is not born reads closed in generation 0. It waits
+// at most 10 s, like an operator's command, and fails with [ErrClosed]
+// once the Breaker is closed.
 func (b *Breaker) Snapshot(ctx context.Context, scope string) (coordinator.Snapshot, error) {
-	ctx, cancel := context.WithTimeout(ctx, operatorTimeout)
-	defer cancel()
-	s, err := b.c.Snapshot(ctx, scope, b.cfg.policy)
+	var s coordinator.Snapshot
+	err := b.inspect(ctx, "snapshot", scope, func(ctx context.Context) (err error) {
+		s, err = b.c.Snapshot(ctx, scope, b.cfg.policy)
+		return err
+	})
 	if err != nil {
 		return coordinator.Snapshot{}, fmt.Errorf("cbgrpc: snapshot %q: %w", scope, err)
 	}
@@ -35,11 +39,26 @@ func (b *Breaker) List(ctx context.Context) ([]coordinator.Snapshot, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %T", ErrNoLister, b.c)
 	}
-	ctx, cancel := context.WithTimeout(ctx, operatorTimeout)
-	defer cancel()
-	list, err := l.List(ctx, b.cfg.policy)
+	var list []coordinator.Snapshot
+	err := b.inspect(ctx, "list", "", func(ctx context.Context) (err error) {
+		list, err = l.List(ctx, b.cfg.policy)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("cbgrpc: list: %w", err)
 	}
 	return list, nil
+}
+
+// inspect makes a look at the coordinator through the one round-trip
+// helper (an operator's timeout, the panic guard, the metrics), learning
+// nothing from it: looking changes nothing.
+func (b *Breaker) inspect(ctx context.Context, op, scope string, f func(context.Context) error) error {
+	if !b.enter() {
+		return ErrClosed
+	}
+	defer b.admits.Done()
+	_, err := b.roundTrip(ctx, trip{op: op, scope: scope, timeout: operatorTimeout, wg: &b.admits},
+		func(ctx context.Context) (answer, error) { return answer{}, f(ctx) })
+	return err
 }

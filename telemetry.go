@@ -162,7 +162,7 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 		return nil, err
 	}
 	t.plainOps = make(map[string][]metric.RecordOption)
-	for _, op := range []string{"admit", "record", "settle", "push", "isolate", "release", "disable", "enable"} {
+	for _, op := range []string{"admit", "record", "settle", "push", "isolate", "release", "disable", "enable", "snapshot", "list"} {
 		t.plainOps[op] = []metric.RecordOption{metric.WithAttributes(attrOperation.String(op))}
 	}
 	t.methods.init()
