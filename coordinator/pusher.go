@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -22,6 +23,15 @@ type Pusher interface {
 	// back-off; a period of 0 or less asks for that cap. Reopening after
 	// it doubles from it, as after any open period.
 	Push(ctx context.Context, scope string, p Policy, gen uint64, period time.Duration, reason string) (Result, error)
+}
+
+// CheckPushReason refuses an empty reason for [Pusher.Push]: the
+// transition is for operators to read. The error wraps [ErrInvalidNote].
+func CheckPushReason(reason string) error {
+	if reason == "" {
+		return fmt.Errorf("%w: the reason of a push is empty; say why, for operators", ErrInvalidNote)
+	}
+	return nil
 }
 
 // PushPeriod is the open period Push gives for period under p: capped at

@@ -1,6 +1,7 @@
 package coordinatortest
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -110,8 +111,8 @@ func testPushFencedByGeneration(t *testing.T, f Factory) {
 func testPushNeedsAReason(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	gen := h.closedGen()
-	if _, err := h.pusher().Push(t.Context(), h.scope, h.p, gen, time.Second, ""); err == nil {
-		t.Error("Push with no reason: no error")
+	if _, err := h.pusher().Push(t.Context(), h.scope, h.p, gen, time.Second, ""); !errors.Is(err, coordinator.ErrInvalidNote) {
+		t.Errorf("Push with no reason: %v; want an error wrapping ErrInvalidNote", err)
 	}
 	h.wantState("after a refused push", closed, gen)
 }

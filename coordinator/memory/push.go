@@ -12,8 +12,8 @@ var _ coordinator.Pusher = (*Coordinator)(nil)
 
 // Push implements [coordinator.Pusher].
 func (c *Coordinator) Push(ctx context.Context, scope string, p coordinator.Policy, gen uint64, period time.Duration, reason string) (coordinator.Result, error) {
-	if reason == "" {
-		return coordinator.Result{}, fmt.Errorf("memory coordinator: push %q: the reason is empty: say why, for operators", scope)
+	if err := coordinator.CheckPushReason(reason); err != nil {
+		return coordinator.Result{}, fmt.Errorf("memory coordinator: push %q: %w", scope, err)
 	}
 	var res coordinator.Result
 	err := c.op(ctx, "push", scope, p, coordinator.Seen(ctx, coordinator.Outcome{Generation: gen}), func(b *breaker, r *rules, now int64) *coordinator.Transition {
