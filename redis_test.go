@@ -226,9 +226,15 @@ func TestRedisMemoryBoundedByScopesInUse(t *testing.T) {
 		t.Errorf("the table held %d rows; want at most the %d scopes of one wave", peakTable, perWave)
 	}
 	// The first wave sizes what is kept for reuse (map buckets, pools);
-	// after it, forgetting must give back what each wave took.
-	if last, second := heaps[len(heaps)-1], heaps[1]; last > second+2<<20 {
-		t.Errorf("heap grew from %d KiB after wave 2 to %d KiB after wave %d; want it flat", second>>10, last>>10, waves)
+	// after it, forgetting must give back what each wave took. One
+	// reading can catch a burst of garbage from elsewhere in the process
+	// (the go-redis pool, the OTel SDK), so the test compares the least
+	// of the last three waves: a leak of even 30 bytes per scope raises
+	// all three by more than the 2 MiB allowed.
+	second := heaps[1]
+	least := min(heaps[len(heaps)-1], heaps[len(heaps)-2], heaps[len(heaps)-3])
+	if least > second+2<<20 {
+		t.Errorf("heap grew from %d KiB after wave 2 to at least %d KiB in each of the last three waves; want it flat", second>>10, least>>10)
 	}
 }
 
