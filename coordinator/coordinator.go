@@ -88,7 +88,13 @@ type Result struct {
 	// RampLeft is, when State is closed and Policy.RampFor is set, what is
 	// left of the ramp that follows a recovery (a close after open,
 	// half-open or isolated), by the coordinator's clock; zero otherwise.
-	RampLeft   time.Duration
+	RampLeft time.Duration
+	// Calls, Failures and Slow are, after a Record that counted outcomes
+	// and left the breaker closed or disabled, the window's counts of the
+	// current generation over the live buckets, as [Snapshot] gives them:
+	// how far the scope is from tripping. Zero otherwise.
+	Calls, Failures, Slow int
+	// Transition is the transition the operation made, if any.
 	Transition *Transition
 	// Replicas says, for the [Controller] methods, whether the change
 	// reached the coordinator's replicas; it is zero for Record and Settle,

@@ -344,7 +344,8 @@ func (d *driver) learn(s *cmpScope, gen uint64, t *coordinator.Transition) {
 // outcomes it alone was sent.
 func (d *driver) sameResult(s *cmpScope, op string, rr, sr coordinator.Result, lost int) {
 	d.t.Helper()
-	if rr.State != sr.State || rr.Generation != sr.Generation || rr.Stale+lost != sr.Stale || rr.RetryAfter != sr.RetryAfter || rr.RampLeft != sr.RampLeft {
+	if rr.State != sr.State || rr.Generation != sr.Generation || rr.Stale+lost != sr.Stale || rr.RetryAfter != sr.RetryAfter || rr.RampLeft != sr.RampLeft ||
+		rr.Calls != sr.Calls || rr.Failures != sr.Failures || rr.Slow != sr.Slow {
 		var why string
 		if lost > 0 {
 			why = fmt.Sprintf(" (want %d more stale: admitted before a loss)", lost)
@@ -402,7 +403,8 @@ func showDecision(d coordinator.Decision) string {
 }
 
 func showResult(r coordinator.Result) string {
-	return fmt.Sprintf("{%v gen %d stale %d retry %v ramp %v transition %s}", r.State, r.Generation, r.Stale, r.RetryAfter, r.RampLeft, showTransition(r.Transition))
+	return fmt.Sprintf("{%v gen %d stale %d retry %v ramp %v window %d/%d/%d transition %s}", r.State, r.Generation, r.Stale, r.RetryAfter, r.RampLeft,
+		r.Calls, r.Failures, r.Slow, showTransition(r.Transition))
 }
 
 func showSnapshot(s coordinator.Snapshot) string {

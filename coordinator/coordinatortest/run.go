@@ -81,6 +81,8 @@ var rules = []struct {
 	{"SeenAtOrBelowStoredChangesNothing", testSeenAtOrBelowStoredChangesNothing},
 	// lasttrip.go
 	{"SnapshotKeepsTheLastTrip", testSnapshotKeepsTheLastTrip},
+	// counts.go
+	{"RecordAnswersTheWindowCounts", testRecordAnswersTheWindowCounts},
 	// ramp.go
 	{"RampLeftAfterRecovery", testRampLeftAfterRecovery},
 	{"NoRampWithoutRecovery", testNoRampWithoutRecovery},

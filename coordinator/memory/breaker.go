@@ -260,10 +260,14 @@ func (b *breaker) record(r *rules, now int64, batch string, outcomes []coordinat
 			t = b.transition(coordinator.StateClosed, now, reason)
 		}
 	}
+	res := b.result(r, now, stale, t)
 	if counted > 0 {
 		b.rememberBatch(batch)
+		if t == nil {
+			res.Calls, res.Failures, res.Slow = b.counts(r, now)
+		}
 	}
-	return b.result(r, now, stale, t)
+	return res
 }
 
 func (b *breaker) add(r *rules, now int64, o coordinator.Outcome) {

@@ -7,7 +7,9 @@
 --   remember, then from 15 on three values per run of equal outcomes, in
 --   order: their generation (decimal), flags (1 = failure, 2 = slow, 3 =
 --   both) and how many
--- Reply: see reply in lib.lua, then the number of stale outcomes.
+-- Reply: see reply in lib.lua, then the number of stale outcomes; after a
+--   Record that counted outcomes and did not trip, then the window's
+--   calls, failures and slow calls.
 local MIN_CALLS = tonumber(ARGV[8])
 local FAILURE_PERMILLE = tonumber(ARGV[9])
 local SLOW_PERMILLE = tonumber(ARGV[10])
@@ -49,6 +51,11 @@ end
 local calls, failures, slow = 0, 0, 0
 local other_calls, other_failures, other_slow = 0, 0, 0
 local head, relabel = IDX, true
+-- gone: the buckets that left the window since head, subtracted from the
+-- totals above and deleted with the save below. A Record that counts
+-- nothing writes nothing: deleting them without saving the totals would
+-- leave totals that still count them.
+local gone = {}
 
 local function parse(v)
   if not v then
@@ -66,7 +73,7 @@ if not s.newborn then
     if not head then
       -- Written without totals: sum the buckets once.
       local w = window(s)
-      hdel(KEY_WINDOW, w.dead)
+      gone = w.dead
       calls, failures, slow = w.current.calls, w.current.failures, w.current.slow
       other_calls, other_failures, other_slow = w.others.calls, w.others.failures, w.others.slow
       head = IDX
@@ -76,7 +83,6 @@ if not s.newborn then
     else
       local total_calls, total_failures, total_slow = tonumber(v[3]), tonumber(v[4]), tonumber(v[5])
       if head < IDX then
-        local gone = {}
         for i = head - BUCKETS + 1, IDX - BUCKETS do
           gone[#gone + 1] = int(i)
         end
@@ -85,7 +91,6 @@ if not s.newborn then
             local c, f, sl = parse(b)
             total_calls, total_failures, total_slow = total_calls - c, total_failures - f, total_slow - sl
           end
-          hdel(KEY_WINDOW, gone)
         end
         head = IDX
       end
@@ -199,7 +204,9 @@ end
 if not tr then
   s.consecutive_failures, s.expires_at = consecutive, keep()
   save(s, relabel)
+  hdel(KEY_WINDOW, gone)
   redis.call('HSET', KEY_WINDOW, int(IDX), string.format('%d %d %d', calls, failures, slow), 'head', int(head),
     'calls', int(other_calls + calls), 'failures', int(other_failures + failures), 'slow', int(other_slow + slow))
+  return reply(s, false, nil, stale, other_calls + calls, other_failures + failures, other_slow + slow)
 end
 return reply(s, tr, nil, stale)

@@ -300,7 +300,8 @@ func (c *Coordinator) Settle(ctx context.Context, scope string, p coordinator.Po
 
 // result runs a script that writes on rdb, for a caller that has seen
 // generation seen, that replies with a [coordinator.Result]: the shared
-// part, then the number of stale outcomes.
+// part, then the number of stale outcomes, then, from a Record that
+// counted, the window's counts.
 func (c *Coordinator) result(ctx context.Context, rdb goredis.Scripter, s *goredis.Script, op, scope string, p coordinator.Policy, seen uint64, args ...any) (coordinator.Result, error) {
 	a, err := c.call(ctx, rdb, s, op, scope, p, writes(seen), args...)
 	if err != nil {
@@ -314,6 +315,10 @@ func (c *Coordinator) result(ctx context.Context, rdb goredis.Scripter, s *gored
 		RetryAfter: a.retryAfter,
 		RampLeft:   a.rampLeft,
 		Transition: a.transition,
+	}
+	if len(a.rest) > 1 {
+		// A Record that counted: the window's counts.
+		res.Calls, res.Failures, res.Slow = int(r.int(a.rest, 1)), int(r.int(a.rest, 2)), int(r.int(a.rest, 3))
 	}
 	if r.err != nil {
 		return coordinator.Result{}, opError(op, scope, r.err)
