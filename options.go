@@ -59,26 +59,28 @@ const (
 	// used again within a second.
 	DefaultCoordinatorBackoff = time.Second
 	// DefaultRecordInterval is the longest a successful outcome waits to be
-	// batched with others. Failures are sent at once, and take the
-	// successes waiting with them, so a trip is detected as early as with
-	// any interval; successes that change nothing reach the coordinator
-	// once a second per busy scope and replica, which is what a fleet
-	// costs Redis (see the README's capacity table). The window sees a
-	// healthy replica's successes up to a second late, which can only make
-	// the failure ratio look higher, by at most a second's share of the
-	// window.
+	// batched with others while its scope's window is not calm. Failures
+	// are sent at once, and take the successes waiting with them, so a trip
+	// is detected as early as with any interval. While the last answer
+	// showed the window calm (each trip ratio under half its threshold),
+	// successes alone wait up to five record intervals (a sixth of the
+	// window at most): a healthy busy scope costs Redis one script every 5
+	// s per replica at the default policy (see the README's capacity
+	// table). The window sees a calm replica's successes late, which can
+	// only make the failure ratio look higher, by at most 1.2 times.
 	DefaultRecordInterval = time.Second
 	// DefaultQueueSize is how many outcomes of one scope may wait for the
 	// recorder before new ones are dropped.
 	DefaultQueueSize = 4096
 	// DefaultAdmissionCacheMaxAge bounds how long a scope read closed from
 	// the coordinator is admitted locally without asking again. A busy
-	// scope is confirmed by every Record result (one per record interval:
-	// twice the default interval, so that a busy scope never waits for a
-	// confirmation), so the bound matters for quiet scopes and for a feed
-	// that died without a word: it is the longest this process can go on
-	// admitting a scope that tripped in a way it did not hear of.
-	DefaultAdmissionCacheMaxAge = 2 * DefaultRecordInterval
+	// scope is confirmed by every Record result (one per calm interval, 5 s
+	// at most by default: twice that, so that a busy scope never waits for
+	// a confirmation). A feed that dies without a word is found by its
+	// heartbeats within 2 s, and then nothing is admitted locally until a
+	// new feed follows the scope, so the bound matters only for a
+	// transition that a working feed did not carry.
+	DefaultAdmissionCacheMaxAge = 10 * time.Second
 
 	// closeTimeout bounds Close. It exceeds go-redis's default ReadTimeout
 	// (5s in v9.23) so that, with a default client, a coordinator call
@@ -251,7 +253,9 @@ func WithCoordinatorBackoff(d time.Duration) Option {
 
 // WithRecordInterval sets how long successful outcomes may wait to be sent
 // together. A failure is sent as soon as no other Record of its scope is in
-// flight. The default is [DefaultRecordInterval].
+// flight. While the scope's window is calm (each trip ratio under half its
+// threshold), successes alone wait up to five times d, and at most a sixth
+// of the policy's window. The default is [DefaultRecordInterval].
 func WithRecordInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.recordInterval = d })
 }
@@ -279,8 +283,9 @@ func WithQueueSize(n int) Option {
 // feed within a few milliseconds. What it trades: calls admitted between a
 // trip and the moment its news arrives go through (their outcomes are stale
 // and change nothing), and if the feed dies without an error this process
-// may admit a tripped scope for up to maxAge (or until its next Record
-// result says otherwise). When the feed breaks, or from a coordinator error
+// may admit a tripped scope until it finds out: the Redis coordinator's
+// heartbeats report such a feed lost within 2 s; a coordinator without them
+// leaves maxAge (or the next Record result) as the bound. When the feed breaks, or from a coordinator error
 // until a coordinator call succeeds, nothing is answered locally.
 func WithAdmissionCache(maxAge time.Duration) Option {
 	return optionFunc(func(c *config) { c.cacheMaxAge = maxAge })

@@ -37,6 +37,17 @@ type batch struct {
 	callers  []trace.SpanContext
 	urgent   bool // holds a failure: send as soon as nothing is in flight
 	inflight bool // a Record of this scope is running
+	// calm: the last Record's answer left the scope calm (pace.go), so
+	// successes alone wait up to the calm interval, counted from since,
+	// when the oldest of them was taken.
+	calm  bool
+	since time.Time
+}
+
+// recordDone is what a Record tells the loop when it returns.
+type recordDone struct {
+	scope string
+	calm  bool
 }
 
 // recorder delivers outcomes off the calls' path. Outcomes wait, per
@@ -53,7 +64,7 @@ type recorder struct {
 	// the recorder closed, and then flushed, or it is counted dropped.
 	mu     sync.RWMutex
 	closed bool
-	done   chan string // scope whose Record returned
+	done   chan recordDone // a Record returned
 	quit   chan struct{}
 	// stopped is closed when the loop has returned.
 	stopped chan struct{}
@@ -62,7 +73,10 @@ type recorder struct {
 	wg sync.WaitGroup
 
 	batches map[string]*batch // owned by the loop
-	flushBy time.Time         // set by stop before quit is closed
+	// calmEvery is how long the successes of a calm scope may wait
+	// (pace.go); the record interval bounds the rest.
+	calmEvery time.Duration
+	flushBy   time.Time // set by stop before quit is closed
 
 	// waiting holds, per scope and in order, the outcomes and probe
 	// settlements added since the loop last took them: a call appends
@@ -76,13 +90,14 @@ type recorder struct {
 
 func newRecorder(b *Breaker) *recorder {
 	r := &recorder{
-		b:       b,
-		done:    make(chan string),
-		quit:    make(chan struct{}),
-		stopped: make(chan struct{}),
-		batches: make(map[string]*batch),
-		waiting: make(map[string][]item),
-		kick:    make(chan struct{}, 1),
+		b:         b,
+		done:      make(chan recordDone),
+		quit:      make(chan struct{}),
+		stopped:   make(chan struct{}),
+		batches:   make(map[string]*batch),
+		calmEvery: calmInterval(b.cfg.recordInterval, b.cfg.policy),
+		waiting:   make(map[string][]item),
+		kick:      make(chan struct{}, 1),
 	}
 	r.wg.Add(1)
 	go r.loop()
@@ -150,17 +165,21 @@ func (r *recorder) loop() {
 	defer tick.Stop()
 	for {
 		select {
-		case scope := <-r.done:
-			r.returned(scope)
+		case rec := <-r.done:
+			r.returned(rec)
 		case <-r.kick:
 			r.collect("")
-		case <-tick.C:
+		case now := <-tick.C:
 			r.collect("")
 			for scope, bt := range r.batches {
 				switch {
 				case bt.inflight:
 				case len(bt.outcomes) > 0:
-					r.send(scope, bt)
+					// since is the tick that took the oldest, which
+					// waited up to an interval before it.
+					if !bt.calm || now.Sub(bt.since)+r.b.cfg.recordInterval >= r.calmEvery {
+						r.send(scope, bt)
+					}
 				default:
 					delete(r.batches, scope) // idle: forget it
 				}
@@ -185,6 +204,9 @@ func (r *recorder) take(it item) {
 	if len(bt.outcomes) >= r.b.cfg.queueSize {
 		r.b.tel.drop(it.scope, dropQueueFull, 1)
 		return
+	}
+	if len(bt.outcomes) == 0 {
+		bt.since = time.Now()
 	}
 	if it.caller.IsValid() && bt.callers == nil {
 		bt.callers = make([]trace.SpanContext, len(bt.outcomes), cap(bt.outcomes))
@@ -218,12 +240,13 @@ func (r *recorder) fullAt() int {
 	return min(maxBatch, max(r.b.cfg.queueSize/2, 1))
 }
 
-func (r *recorder) returned(scope string) {
+func (r *recorder) returned(rec recordDone) {
+	scope := rec.scope
 	bt := r.batches[scope]
 	if bt == nil {
 		return
 	}
-	bt.inflight = false
+	bt.inflight, bt.calm = false, rec.calm
 	// The next batch takes everything of the scope that waited.
 	r.collect(scope)
 	r.ready(scope)
@@ -253,19 +276,21 @@ func (r *recorder) send(scope string, bt *batch) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		r.record(scope, outcomes, callers)
+		calm := r.record(scope, outcomes, callers)
 		select {
-		case r.done <- scope:
+		case r.done <- recordDone{scope: scope, calm: calm}:
 		case <-r.stopped:
 		}
 	}()
 }
 
-func (r *recorder) record(scope string, outcomes []coordinator.Outcome, callers []trace.SpanContext) {
+// record sends one batch and reports whether the answer left the scope
+// calm (pace.go).
+func (r *recorder) record(scope string, outcomes []coordinator.Outcome, callers []trace.SpanContext) bool {
 	b := r.b
 	if b.health.inBackoff() {
 		b.tel.drop(scope, dropBackoff, len(outcomes))
-		return
+		return false
 	}
 	// The same ID on the retry: a Record that did land before its answer
 	// was lost then counts once.
@@ -273,14 +298,16 @@ func (r *recorder) record(scope string, outcomes []coordinator.Outcome, callers 
 	cause := func(a answer) (trace.SpanContext, []trace.Link) {
 		return blame(outcomes, callers, a, b.cfg.policy)
 	}
-	_, err := b.roundTrip(ctx, trip{op: "record", scope: scope, timeout: b.cfg.timeout, wg: &r.wg, cause: cause},
+	a, err := b.roundTrip(ctx, trip{op: "record", scope: scope, timeout: b.cfg.timeout, wg: &r.wg, cause: cause},
 		func(ctx context.Context) (answer, error) {
 			res, err := b.c.Record(ctx, scope, b.cfg.policy, outcomes)
 			return resulted(res), err
 		})
 	if err != nil {
 		b.tel.drop(scope, dropCoordinator, len(outcomes))
+		return false
 	}
+	return calm(b.cfg.policy, a)
 }
 
 // settle reports a probe's outcome, in its own goroutine: probes are few
@@ -341,8 +368,8 @@ func (r *recorder) flush() {
 			return
 		}
 		select {
-		case scope := <-r.done:
-			if bt := r.batches[scope]; bt != nil {
+		case rec := <-r.done:
+			if bt := r.batches[rec.scope]; bt != nil {
 				bt.inflight = false
 			}
 		case <-timer.C:

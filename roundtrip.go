@@ -20,6 +20,9 @@ type answer struct {
 	rampLeft   time.Duration // closed after a recovery: what is left of the ramp (Policy.RampFor)
 	transition *coordinator.Transition
 	stale      int // outcomes of a Record that changed nothing
+	// window is what a Record that counted says of the window (calls,
+	// failures, slow), to pace the next one by (pace.go).
+	window [3]int
 }
 
 func decided(d coordinator.Decision) answer {
@@ -27,7 +30,8 @@ func decided(d coordinator.Decision) answer {
 }
 
 func resulted(r coordinator.Result) answer {
-	return answer{state: r.State, gen: r.Generation, retryAfter: r.RetryAfter, rampLeft: r.RampLeft, transition: r.Transition, stale: r.Stale}
+	return answer{state: r.State, gen: r.Generation, retryAfter: r.RetryAfter, rampLeft: r.RampLeft, transition: r.Transition, stale: r.Stale,
+		window: [3]int{r.Calls, r.Failures, r.Slow}}
 }
 
 // heard is what a transition on the feed says. Its open period, and the

@@ -16,17 +16,22 @@ import (
 const fastRecords = 100 * time.Millisecond
 
 // TestRecordIntervalDetection proves that sending successes once a second
-// instead of ten times detects failures no later: failures go to Redis at
-// once, with the successes waiting, so the window is up to date at every
-// failure. Two scenarios, each run with both intervals on fresh processes:
+// (and up to a calm interval while the window is calm, pace.go: 1.67 s with
+// this 10 s window) instead of ten times detects failures no later:
+// failures go to Redis at once, with the successes waiting, so the window
+// is up to date at every failure. Two scenarios, each run with both
+// intervals on fresh processes:
 //   - the fleet trip: eight replicas, a dependency failing every call
 //     from the start; scenario 1's bound holds for both,
 //     MinCalls + replicas x (callers + 2);
 //   - a slow onset: eight replicas call a healthy dependency for a while,
 //     then its failure rate climbs from 10% to 100% over 2 s; the fleet
-//     trips once failures reach half the window. The failing calls it
-//     absorbs meanwhile must be no more than with fast records, within
-//     25% (each run's timing varies).
+//     trips once failures reach half the window. The share of the calls
+//     since the onset that failed before every replica rejected says how
+//     far up the climb the trip came (the count alone follows how fast
+//     the machine let the replicas call: 4,459 calls in one run, 5,944 in
+//     the next); it must be no more than with fast records, within ten
+//     points (each run's timing varies).
 func TestRecordIntervalDetection(t *testing.T) {
 	const procs, callers, minCalls = 8, 2, 40
 	intervals := []time.Duration{fastRecords, cbgrpc.DefaultRecordInterval}
@@ -40,6 +45,12 @@ func TestRecordIntervalDetection(t *testing.T) {
 			fleet := fleettest.Start(t, bin, replicas(procs, cbfleet.Config{
 				Redis: redistest.Start(t).Addr(), Target: srv.Addr(), Concurrency: callers, Policy: fleetPolicy(minCalls),
 				RecordInterval: interval, NoAdmissionCache: true,
+				// The bound holds while the coordinator answers: a replica
+				// whose admission times out fails open for the back-off,
+				// by design, dropping its outcomes. With the default 50 ms,
+				// -race and other packages' tests on 2 cores, 1 run in 6
+				// had a few time out and absorbed 350-1,400 failing calls.
+				CoordinatorTimeout: time.Second,
 			})...)
 			fleet.Send("run")
 			fleet.WaitAll(t, "every replica rejecting", settle, fleettest.Rejecting(cbfleet.EmptyCall, 20))
@@ -74,8 +85,10 @@ func TestRecordIntervalDetection(t *testing.T) {
 	fast, slow := intervals[0], intervals[1]
 	t.Logf("fleet trip: %d failing calls absorbed with records every %v, %d every %v; slow onset: %d of %d calls failed before every replica rejected with records every %v, %d of %d every %v",
 		trip[fast], fast, trip[slow], slow, onset[fast], calls[fast], fast, onset[slow], calls[slow], slow)
-	if onset[fast] > 0 && float64(onset[slow]) > 1.25*float64(onset[fast]) {
-		t.Errorf("slow onset: %d failing calls absorbed with records every %v, %d every %v; want no more than 25%% above", onset[slow], slow, onset[fast], fast)
+	share := func(i time.Duration) float64 { return float64(onset[i]) / float64(max(calls[i], 1)) }
+	if onset[fast] > 0 && share(slow) > share(fast)+0.10 {
+		t.Errorf("slow onset: %.0f%% of the calls failed before the trip with records every %v, %.0f%% every %v; want no more than 10 points above",
+			100*share(slow), slow, 100*share(fast), fast)
 	}
 }
 
