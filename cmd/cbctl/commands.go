@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"time"
 
@@ -10,8 +11,8 @@ import (
 	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
 )
 
-// setup parses the flags, then connects; every command but watch gets
-// --timeout.
+// setup parses the flags, then connects; every command but watch and
+// serve gets --timeout.
 func (e *env) setup(ctx context.Context, args []string, want func(pos []string) error) (context.Context, context.CancelFunc, *cbredis.Coordinator, coordinator.Policy, []string, error) {
 	pos, err := e.parse(args)
 	if err == nil {
@@ -29,7 +30,7 @@ func (e *env) setup(ctx context.Context, args []string, want func(pos []string) 
 		return nil, nil, nil, p, nil, err
 	}
 	cancel := context.CancelFunc(func() {})
-	if e.name != "watch" {
+	if e.name != "watch" && e.name != "serve" {
 		ctx, cancel = context.WithTimeout(ctx, e.timeout)
 	}
 	return ctx, cancel, c, p, pos, nil
@@ -103,8 +104,7 @@ func cmdControl(op string) func(ctx context.Context, e *env, args []string) erro
 			fs.DurationVar(&n.For, "for", 0, "release by itself after this long (0: until released)")
 		}
 		create := fs.Bool("create", false, "act on a scope that has no state (never used, or idle for a window) instead of failing with exit status 3")
-		fs.IntVar(&e.replicas, "replicas", 0, "replicas to wait for (0: as many as the master reports)")
-		fs.DurationVar(&e.replicaTimeout, "replica-timeout", cbredis.DefaultReplicaTimeout, "bound on the wait for replicas, less than --timeout")
+		e.replicaFlags(fs)
 		ctx, cancel, c, p, pos, err := e.setup(ctx, args, func(pos []string) error {
 			if err := oneScope(pos); err != nil {
 				return err
@@ -112,54 +112,16 @@ func cmdControl(op string) func(ctx context.Context, e *env, args []string) erro
 			if err := n.Validate(op); err != nil {
 				return usageErr("%v", err)
 			}
-			if e.replicas < 0 {
-				return usageErr("--replicas %d: want 0 (as many as the master reports) or more", e.replicas)
-			}
-			if e.replicaTimeout < time.Millisecond || e.replicaTimeout >= e.timeout {
-				return usageErr("--replica-timeout %v: want at least 1ms, and less than --timeout %v", e.replicaTimeout, e.timeout)
-			}
-			return nil
+			return e.checkReplicaFlags()
 		})
 		if err != nil {
 			return err
 		}
 		defer cancel()
 		scope := pos[0]
-		before, err := c.Snapshot(ctx, scope, p)
+		res, u, err := control(ctx, c, p, op, scope, n, *create)
 		if err != nil {
 			return err
-		}
-		if before.Generation == 0 && !*create {
-			// Most likely a mistyped scope: isolating it would leave an
-			// isolation in Redis for good while the real scope keeps failing.
-			return notFound(scope, fmt.Sprintf("; check the name with cbctl list, or give --create to %s it anyway", op))
-		}
-		var res coordinator.Result
-		switch op {
-		case "isolate":
-			res, err = c.Isolate(ctx, scope, p, n)
-		case "release":
-			res, err = c.Release(ctx, scope, p, n)
-		case "disable":
-			res, err = c.Disable(ctx, scope, p, n)
-		case "enable":
-			res, err = c.Enable(ctx, scope, p, n)
-		}
-		if err != nil {
-			return err
-		}
-		var u update
-		if (res.Transition == nil || res.Transition.From == res.Transition.To) && (op == "isolate" || op == "disable") {
-			// Isolate of an isolated breaker and disable of a disabled one
-			// replace the note (and the end) in the same state: no
-			// transition, or isolated -> isolated when the end moved (so
-			// that replicas hear it). The coordinator does not say what it
-			// replaced, the breaker does.
-			after, err := c.Snapshot(ctx, scope, p)
-			if err != nil {
-				return fmt.Errorf("%s made no transition; reading back the note it replaced: %w", op, err)
-			}
-			u = updated(before, after)
 		}
 		if e.json {
 			err = writeJSON(e.stdout, toResultJSON(scope, res, u))
@@ -171,6 +133,71 @@ func cmdControl(op string) func(ctx context.Context, e *env, args []string) erro
 		}
 		return e.confirmed(res.Replicas)
 	}
+}
+
+// replicaFlags adds the flags that bound the wait for replicas after an
+// operator's change: isolate, release, disable and enable take them, and
+// serve, whose page makes the same changes.
+func (e *env) replicaFlags(fs *flag.FlagSet) {
+	fs.IntVar(&e.replicas, "replicas", 0, "replicas to wait for (0: as many as the master reports)")
+	fs.DurationVar(&e.replicaTimeout, "replica-timeout", cbredis.DefaultReplicaTimeout, "bound on the wait for replicas, less than --timeout")
+}
+
+func (e *env) checkReplicaFlags() error {
+	if e.replicas < 0 {
+		return usageErr("--replicas %d: want 0 (as many as the master reports) or more", e.replicas)
+	}
+	if e.replicaTimeout < time.Millisecond || e.replicaTimeout >= e.timeout {
+		return usageErr("--replica-timeout %v: want at least 1ms, and less than --timeout %v", e.replicaTimeout, e.timeout)
+	}
+	return nil
+}
+
+// control makes one operator's change, op one of isolate, release,
+// disable and enable, for the command of that name and for the
+// dashboard's buttons alike. It refuses a scope that has no state unless
+// create is set, and says what an isolate of an isolated breaker (a
+// disable of a disabled one) replaced, since those make no transition.
+func control(ctx context.Context, c *cbredis.Coordinator, p coordinator.Policy, op, scope string, n coordinator.Note, create bool) (coordinator.Result, update, error) {
+	before, err := c.Snapshot(ctx, scope, p)
+	if err != nil {
+		return coordinator.Result{}, update{}, err
+	}
+	if before.Generation == 0 && !create {
+		// Most likely a mistyped scope: isolating it would leave an
+		// isolation in Redis for good while the real scope keeps failing.
+		return coordinator.Result{}, update{}, notFound(scope, fmt.Sprintf("; check the name with cbctl list, or give --create to %s it anyway", op))
+	}
+	var res coordinator.Result
+	switch op {
+	case "isolate":
+		res, err = c.Isolate(ctx, scope, p, n)
+	case "release":
+		res, err = c.Release(ctx, scope, p, n)
+	case "disable":
+		res, err = c.Disable(ctx, scope, p, n)
+	case "enable":
+		res, err = c.Enable(ctx, scope, p, n)
+	default:
+		err = fmt.Errorf("unknown operation %q", op)
+	}
+	if err != nil {
+		return res, update{}, err
+	}
+	var u update
+	if (res.Transition == nil || res.Transition.From == res.Transition.To) && (op == "isolate" || op == "disable") {
+		// Isolate of an isolated breaker and disable of a disabled one
+		// replace the note (and the end) in the same state: no
+		// transition, or isolated -> isolated when the end moved (so
+		// that replicas hear it). The coordinator does not say what it
+		// replaced, the breaker does.
+		after, err := c.Snapshot(ctx, scope, p)
+		if err != nil {
+			return res, u, fmt.Errorf("%s made no transition; reading back the note it replaced: %w", op, err)
+		}
+		u = updated(before, after)
+	}
+	return res, u, nil
 }
 
 // confirmed tells the operator how far a change reached the replicas: a

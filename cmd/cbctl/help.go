@@ -12,7 +12,7 @@ import (
 )
 
 const environment = `environment: CBCTL_REDIS_ADDR, CBCTL_REDIS_SENTINEL, CBCTL_REDIS_MASTER, CBCTL_REDIS_USERNAME,
-CBCTL_REDIS_PASSWORD (the credentials are read from here only), CBCTL_BY
+CBCTL_REDIS_PASSWORD (the credentials are read from here only), CBCTL_BY, CBCTL_SERVE_TOKEN
 `
 
 const exitStatus = `exit status: 0 done (also when the breaker already was in the state asked for);

@@ -14,6 +14,7 @@
 //	cbctl disable SCOPE --reason TEXT            admit every call, never trip
 //	cbctl enable SCOPE [--reason TEXT]           back under the rules
 //	cbctl watch [SCOPE...]                       print transitions as they happen
+//	cbctl serve [--listen HOST:PORT]             a live dashboard of every breaker, in a browser
 //	cbctl help [COMMAND]                         help, on standard output
 //	cbctl --version                              the version cbctl was built from
 //
@@ -39,6 +40,21 @@
 //	--create                         act on a scope that has no state (see exit status 3)
 //	--replicas N                     replicas to wait for (default 0: as many as the master reports)
 //	--replica-timeout D              bound on the wait for replicas (default 1s, less than --timeout)
+//
+// and serve, which serves one page showing every breaker live, and whose
+// buttons isolate, release, disable and enable through the same code as
+// the commands, also takes:
+//
+//	--listen HOST:PORT               where to serve it (default 127.0.0.1:8080); beyond loopback it needs a token
+//	--token TOKEN                    every request must carry it (default $CBCTL_SERVE_TOKEN)
+//	--read-only                      the page without its buttons; changes are refused
+//	--refresh D                      how often the window counts are read while a page is open (default 2s)
+//	--failure-ratio RATIO            the fleet's Policy.FailureRatio, shown as the threshold (default 0.5)
+//	--min-calls N                    the fleet's Policy.MinCalls, shown with it (default 20)
+//	--replicas N, --replica-timeout D  as for isolate, for the page's buttons
+//
+// serve ends with status 0 on SIGINT or SIGTERM, closing the pages' event
+// streams and the transition feed.
 //
 // "cbctl --help", "cbctl help COMMAND" and "cbctl COMMAND --help" print
 // help on standard output and exit 0; a usage error prints one line on
@@ -165,6 +181,7 @@ var commands = []*command{
 	{"disable", "SCOPE --reason TEXT", "admit every call, never trip", cmdControl("disable")},
 	{"enable", "SCOPE [--reason TEXT]", "back under the rules", cmdControl("enable")},
 	{"watch", "[SCOPE...]", "print transitions as they happen", cmdWatch},
+	{"serve", "[--listen HOST:PORT]", "a live dashboard of every breaker, in a browser", cmdServe},
 }
 
 func lookup(name string) *command {
