@@ -1,0 +1,105 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/internal/redistest"
+)
+
+// BenchmarkBusyServer measures what a fleet's commands cost a busy Redis,
+// which is what capacity is about: on an idle server each command is a turn
+// of the event loop of its own with cold caches (the fleet simulator's
+// figures at a few hundred replicas), on a busy one a turn serves many
+// connections. 128 connections send one command at a time each, as 128
+// replicas would, with no pipelining:
+//   - record: a calm replica's Record of one hot scope at the default
+//     policy, 500 successes (5 s at 100 calls a second) as one run, each
+//     with a batch ID of its own;
+//   - heartbeat: a PUBLISH on one of 128 Watches' heartbeat channels, each
+//     delivered to its Watch's own subscription, as the Watches' own
+//     heartbeats are (which run meanwhile, 256 a second, and are counted).
+//
+// It reports Redis CPU per command (INFO cpu over INFO commandstats) and
+// how busy Redis was (cores): the client shares the machine, so Redis may
+// not be saturated; the report says how close it came.
+//
+//	go test -run XXX -bench BusyServer -benchtime 200000x ./coordinator/redis
+func BenchmarkBusyServer(b *testing.B) {
+	const conns = 128
+	b.Run("record", func(b *testing.B) {
+		srv := redistest.Start(b)
+		rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), PoolSize: conns, MinIdleConns: conns})
+		defer rdb.Close()
+		c := New(rdb)
+		p := coordinator.DefaultPolicy()
+		outcomes := make([]coordinator.Outcome, 500)
+		gen := birth(b, c, p)
+		for i := range outcomes {
+			outcomes[i].Generation = gen
+		}
+		var n atomic.Int64
+		busy(b, srv.Client(b), conns, "evalsha", func(ctx context.Context) {
+			id := "replica-" + strconv.FormatInt(n.Add(1), 36)
+			if _, err := c.Record(coordinator.WithBatchID(ctx, id), "s", p, outcomes); err != nil {
+				b.Error(err)
+			}
+		})
+	})
+	b.Run("heartbeat", func(b *testing.B) {
+		srv := redistest.Start(b)
+		rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), PoolSize: conns, MinIdleConns: conns})
+		defer rdb.Close()
+		c := New(rdb)
+		ctx := context.Background()
+		var channels []string
+		for i := range conns {
+			w, err := c.Watch(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			if err := w.Follow(ctx, "s"+strconv.Itoa(i)); err != nil {
+				b.Fatal(err)
+			}
+			ww := w.(*watch)
+			ww.mu.Lock()
+			channels = append(channels, ww.subs[""].heartbeat)
+			ww.mu.Unlock()
+		}
+		var n atomic.Int64
+		busy(b, srv.Client(b), conns, "publish", func(ctx context.Context) {
+			if err := rdb.Publish(ctx, channels[n.Add(1)%conns], "").Err(); err != nil {
+				b.Error(err)
+			}
+		})
+	})
+}
+
+// busy runs op b.N times from conns goroutines and reports Redis's CPU per
+// cmd it ran, and the cores it used.
+func busy(b *testing.B, admin *goredis.Client, conns int, cmd string, op func(context.Context)) {
+	ctx := context.Background()
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	cpu, start := redisCPU(b, admin), time.Now()
+	b.ResetTimer()
+	b.SetParallelism((conns + 1) / 2) // GOMAXPROCS is 2 here
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			op(ctx)
+		}
+	})
+	b.StopTimer()
+	spent, wall := redisCPU(b, admin)-cpu, time.Since(start)
+	calls, _ := serverStats(b, admin)
+	b.ReportMetric(spent/float64(calls[cmd]), "redis-cpu-µs/"+cmd)
+	b.ReportMetric(spent/float64(wall.Microseconds()), "redis-cores")
+}
