@@ -33,6 +33,9 @@ type Breaker struct {
 	notify *notifier
 	health health
 	ids    ids
+	// inline: the coordinator honours deadlines (coordinator.Bounded), so
+	// its calls run in the caller's goroutine (attempt).
+	inline bool
 
 	// stop ends the background work (the feed, forgetting idle scopes);
 	// background counts its goroutines.
@@ -81,6 +84,9 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 		return nil, fmt.Errorf("cbgrpc: New: creating metric instruments: %w", err)
 	}
 	b := &Breaker{c: c, cfg: cfg, tel: tel, known: known, health: health{backoff: cfg.backoff}}
+	if bc, ok := c.(coordinator.Bounded); ok {
+		b.inline = bc.HonoursDeadlines()
+	}
 	b.ids.prefix = newIDPrefix()
 	b.notify = newNotifier(cfg.onTransition)
 	b.rec = newRecorder(b)

@@ -90,9 +90,9 @@ func (b *Breaker) roundTrip(ctx context.Context, t trip, f func(context.Context)
 		cctx = coordinator.WithSeen(cctx, seen)
 	}
 	start := time.Now()
-	a, err := attempt(cctx, t.wg, f)
+	a, err := b.attempt(cctx, t.wg, f)
 	if err != nil && retryable(cctx, err) {
-		a, err = attempt(cctx, t.wg, f)
+		a, err = b.attempt(cctx, t.wg, f)
 	}
 	b.tel.coordinatorCall(ctx, t.scope, t.op, time.Since(start), err)
 	if err != nil {
@@ -124,24 +124,22 @@ type attempted struct {
 	err error
 }
 
-// attempt runs f in a goroutine and stops waiting when ctx ends. A
-// coordinator may not honour the deadline (go-redis reads the socket with
-// its own ReadTimeout unless ContextTimeoutEnabled is set), and the bound
-// must hold anyway; the goroutine finishes on its own, counted in wg.
-func attempt(ctx context.Context, wg *sync.WaitGroup, f func(context.Context) (answer, error)) (answer, error) {
+// attempt runs f and stops waiting when ctx ends. A coordinator may not
+// honour the deadline (go-redis reads the socket with its own ReadTimeout
+// unless ContextTimeoutEnabled is set), and the bound must hold anyway:
+// unless the coordinator says it honours deadlines (coordinator.Bounded,
+// b.inline), f runs in a goroutine that finishes on its own, counted in
+// wg. Inline, a call saves the goroutine and the hand-off between two,
+// the larger part of what the strict path cost beyond its round trip.
+func (b *Breaker) attempt(ctx context.Context, wg *sync.WaitGroup, f func(context.Context) (answer, error)) (answer, error) {
+	if b.inline {
+		return guarded(ctx, f)
+	}
 	done := make(chan attempted, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		defer func() {
-			// A coordinator that panics (a nil client, a bug) must not
-			// take the process down from a goroutine no caller can guard:
-			// it is a coordinator failure like any other.
-			if r := recover(); r != nil {
-				done <- attempted{err: fmt.Errorf("%w: %v", errCoordinatorPanic, r)}
-			}
-		}()
-		a, err := f(ctx)
+		a, err := guarded(ctx, f)
 		done <- attempted{a, err}
 	}()
 	select {
@@ -150,6 +148,19 @@ func attempt(ctx context.Context, wg *sync.WaitGroup, f func(context.Context) (a
 	case <-ctx.Done():
 		return answer{}, ctx.Err()
 	}
+}
+
+// guarded runs f, turning a panic into an error: a coordinator that panics
+// (a nil client, a bug) must not take the process down, least of all from
+// a goroutine no caller can guard; it is a coordinator failure like any
+// other.
+func guarded(ctx context.Context, f func(context.Context) (answer, error)) (a answer, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			a, err = answer{}, fmt.Errorf("%w: %v", errCoordinatorPanic, r)
+		}
+	}()
+	return f(ctx)
 }
 
 var errCoordinatorPanic = errors.New("cbgrpc: the coordinator panicked")

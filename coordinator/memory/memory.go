@@ -158,3 +158,7 @@ func (c *Coordinator) Snapshot(ctx context.Context, scope string, p coordinator.
 	})
 	return s, err
 }
+
+// HonoursDeadlines implements [coordinator.Bounded]: no call waits for
+// anything but a lock held for microseconds.
+func (c *Coordinator) HonoursDeadlines() bool { return true }

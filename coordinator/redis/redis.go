@@ -154,6 +154,21 @@ func New(client goredis.UniversalClient, opts ...Option) *Coordinator {
 	return c
 }
 
+// HonoursDeadlines implements [coordinator.Bounded]: go-redis bounds a
+// call by its context's deadline only when the client's options set
+// ContextTimeoutEnabled; otherwise a read waits up to the client's
+// ReadTimeout (3 s by default), and a caller with a tighter bound must
+// wait for the call in a goroutine of its own.
+func (c *Coordinator) HonoursDeadlines() bool {
+	switch cl := c.client.(type) {
+	case *goredis.Client:
+		return cl.Options().ContextTimeoutEnabled
+	case *goredis.ClusterClient:
+		return cl.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
 // access says how a script uses a scope: whether it writes and, if it
 // does, the highest generation of the scope its caller has seen
 // ([coordinator.Seen]).
