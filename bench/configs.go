@@ -7,7 +7,9 @@ func Configs(redisAddr string) []Config {
 		None(),
 		CbgrpcMemory(),
 		CbgrpcRedisCached(redisAddr),
+		BareEvalsha(redisAddr),
 		CbgrpcRedisStrict(redisAddr),
+		CbgrpcRedisStrictDefaultClient(redisAddr),
 		Gobreaker(redisAddr),
 		Failsafe(),
 	}

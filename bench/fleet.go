@@ -50,6 +50,14 @@ func (cfg FleetConfig) recordInterval() time.Duration {
 	return cbgrpc.DefaultRecordInterval
 }
 
+// flushedWithin is the longest a Breaker holds a success: the calm
+// interval, five record intervals and a sixth of the window at most (the
+// root package's pace.go).
+func (cfg FleetConfig) flushedWithin() time.Duration {
+	ri := cfg.recordInterval()
+	return max(ri, min(5*ri, cfg.Policy.Window/6))
+}
+
 const (
 	// idleWindow is how long the servers' idle CPU is measured.
 	idleWindow = time.Second
@@ -113,9 +121,9 @@ func RunFleet(ctx context.Context, target Target, cfg FleetConfig) (FleetRow, er
 	f.stopCalling()
 	end := fleetEnd{trips: f.obs.results(after.at, f.replicas), firstError: firstError(f.replicas), empty: empty}
 	if cfg.Quiet > 0 {
-		// A Breaker flushes what it holds within a record interval; it
+		// A Breaker flushes what it holds within a calm interval; it
 		// follows its scopes, and its feed beats, for a window more.
-		sleep(ctx, cfg.recordInterval()+grace)
+		sleep(ctx, cfg.flushedWithin()+grace)
 		if end.quiet[0], err = f.sample(ctx, servers); err != nil {
 			return FleetRow{}, err
 		}
