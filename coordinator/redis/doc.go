@@ -4,8 +4,13 @@
 //
 // Start with [New] and a go-redis client:
 //
-//	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
+//	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	coord := cbredis.New(rdb)
+//
+// With ContextTimeoutEnabled, go-redis bounds each command by its context's
+// deadline, and the coordinator says so ([Coordinator.HonoursDeadlines]):
+// a Breaker then calls it from the call's own goroutine instead of waiting
+// for a goroutine of its own.
 //
 // Each operation is one Lua script call (EVALSHA, falling back to EVAL when
 // Redis has not cached the script), atomic on the server and timed by the

@@ -181,10 +181,12 @@ func redisClient() (func() *goredis.Client, string) {
 		log.Fatal("-master goes with -sentinel")
 	case *sentinels != "":
 		return func() *goredis.Client {
-			return goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: *master, SentinelAddrs: strings.Split(*sentinels, ",")})
+			return goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: *master, SentinelAddrs: strings.Split(*sentinels, ","), ContextTimeoutEnabled: true})
 		}, fmt.Sprintf("master %q found through Sentinel %s", *master, *sentinels)
 	case *redisAddr != "":
-		return func() *goredis.Client { return goredis.NewClient(&goredis.Options{Addr: *redisAddr}) }, "at " + *redisAddr
+		return func() *goredis.Client {
+			return goredis.NewClient(&goredis.Options{Addr: *redisAddr, ContextTimeoutEnabled: true})
+		}, "at " + *redisAddr
 	}
 	return nil, ""
 }

@@ -70,7 +70,7 @@ func main() {
 		prefix := fmt.Sprintf("cbgrpc-example-ramp-%d:", time.Now().UnixNano())
 		var clients []*goredis.Client
 		coordinatorOf = func() coordinator.Coordinator {
-			rdb := goredis.NewClient(&goredis.Options{Addr: *redisAddr})
+			rdb := goredis.NewClient(&goredis.Options{Addr: *redisAddr, ContextTimeoutEnabled: true})
 			clients = append(clients, rdb)
 			return cbredis.New(rdb, cbredis.WithPrefix(prefix))
 		}
