@@ -24,12 +24,14 @@ type OpenError struct {
 	// State is the breaker's state as this process knows it: open, or
 	// half-open with every probe slot taken. A call rejected by
 	// [FailClosed] for a scope never seen open reads closed, and so does
-	// one rejected by the ramp after a recovery (Policy.RampFor).
+	// one rejected by the ramp after a recovery (Policy.RampFor) or by
+	// adaptive throttling (Policy.Throttle).
 	State coordinator.State
 	// RetryAfter is how long until a call may be admitted again: until
 	// probes may start, until a probe slot may free up, while the
 	// coordinator is unreachable, until it is asked again, or until the
-	// ramp after a recovery admits every call. Zero when unknown.
+	// ramp after a recovery admits every call. Zero when unknown, and for
+	// a call throttled adaptively, which the next call may pass.
 	RetryAfter time.Duration
 	// Reason says why, for people: "open", "coordinator unavailable", ...
 	Reason string

@@ -277,7 +277,8 @@ func (b *Breaker) admit(ctx context.Context, scope, method string) (ticket, erro
 
 	now := time.Now()
 	c := call{scope: scope, method: method, start: now}
-	if f := b.known.use(scope, now); b.health.trusted() && b.known.answers(f, now) {
+	f := b.known.use(scope, now)
+	if b.health.trusted() && b.known.answers(f, now) {
 		return b.admitKnown(ctx, c, f)
 	}
 	if !b.health.mayAsk() {
@@ -302,6 +303,13 @@ func (b *Breaker) admit(ctx context.Context, scope, method string) (ticket, erro
 		if e := b.ramping(ctx, c, d.RampLeft); e != nil {
 			return ticket{}, e
 		}
+		// The window's counts of the generation admitted under, as the
+		// last Record said them.
+		if f.gen == d.Generation {
+			if e := b.throttling(ctx, c, f); e != nil {
+				return ticket{}, e
+			}
+		}
 	}
 	b.tel.decision(ctx, scope, method, d.Verdict, byCoordinator)
 	switch d.Verdict {
@@ -321,6 +329,11 @@ func (b *Breaker) admitKnown(ctx context.Context, c call, f fact) (ticket, error
 	if admitsAll(f.state) {
 		if f.state == coordinator.StateClosed && !f.rampEnd.IsZero() {
 			if e := b.ramping(ctx, c, f.rampEnd.Sub(c.start)); e != nil {
+				return ticket{}, e
+			}
+		}
+		if f.state == coordinator.StateClosed {
+			if e := b.throttling(ctx, c, f); e != nil {
 				return ticket{}, e
 			}
 		}

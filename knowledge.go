@@ -65,6 +65,10 @@ type fact struct {
 	// rampEnd is when the ramp after a recovery ends, local time; zero
 	// when there is none (see ramp.go).
 	rampEnd time.Time
+	// window is the fleet's window of generation gen as the last Record
+	// that counted said it, for adaptive throttling (throttle.go); answers
+	// that say nothing of it keep it within the generation.
+	window window
 }
 
 // admitsAll reports whether a state lets every call through: closed, or
@@ -185,7 +189,7 @@ func (k *knowledge) signal() {
 // question asked while feed connection epoch followed it (0: none), unless
 // the table knows something newer.
 func (k *knowledge) learn(epoch uint64, scope string, a answer, now time.Time) {
-	f := fact{state: a.state, gen: a.gen, checked: now}
+	f := fact{state: a.state, gen: a.gen, checked: now, window: a.window}
 	if epoch != 0 && epoch == k.live.Load() {
 		f.trust = epoch
 	}
@@ -210,6 +214,9 @@ func (k *knowledge) learn(epoch uint64, scope string, a answer, now time.Time) {
 	e := k.row(scope)
 	if !newer(f, e.fact) {
 		return
+	}
+	if f.window == (window{}) && f.gen == e.gen {
+		f.window = e.window
 	}
 	e.fact = f
 }

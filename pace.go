@@ -37,11 +37,12 @@ func calmInterval(recordInterval time.Duration, p coordinator.Policy) time.Durat
 }
 
 // calm reports whether a Record's answer leaves the scope calm: closed,
-// not ramping, and each trip ratio of its window under half its
-// threshold.
+// not ramping, not throttling (whose share follows the counts the answers
+// bring), and each trip ratio of its window under half its threshold.
 func calm(p coordinator.Policy, a answer) bool {
-	calls, failures, slow := a.window[0], a.window[1], a.window[2]
-	if a.state != coordinator.StateClosed || a.transition != nil || a.rampLeft > 0 || calls == 0 || p.ConsecutiveFailures > 0 {
+	calls, failures, slow := a.window.calls, a.window.failures, a.window.slow
+	if a.state != coordinator.StateClosed || a.transition != nil || a.rampLeft > 0 || calls == 0 || p.ConsecutiveFailures > 0 ||
+		throttleShare(p, a.window) > 0 {
 		return false
 	}
 	under := func(n int, ratio float64) bool { return ratio == 0 || 2*float64(n) < ratio*float64(calls) }

@@ -33,12 +33,16 @@ func TestCalm(t *testing.T) {
 	p := coordinator.DefaultPolicy() // failures at 50%
 	p.SlowCallDuration, p.SlowCallRatio = time.Second, 0.8
 	closed := func(calls, failures, slow int) answer {
-		return answer{state: coordinator.StateClosed, gen: 1, window: [3]int{calls, failures, slow}}
+		return answer{state: coordinator.StateClosed, gen: 1, window: window{calls: calls, failures: failures, slow: slow}}
 	}
 	withConsecutive := p
 	withConsecutive.ConsecutiveFailures = 5
 	noSlowRule := p
 	noSlowRule.SlowCallDuration = 0
+	throttling := p
+	throttling.Throttle = 2
+	throttledAnswer := closed(100, 20, 0)
+	throttledAnswer.window.throttled = 150
 	for _, c := range []struct {
 		what string
 		p    coordinator.Policy
@@ -51,9 +55,11 @@ func TestCalm(t *testing.T) {
 		{"slow calls, with the slow rule off", noSlowRule, closed(100, 0, 90), true},
 		{"nothing counted (a stale Record)", p, closed(0, 0, 0), false},
 		{"open", p, answer{state: coordinator.StateOpen, gen: 2}, false},
-		{"disabled", p, answer{state: coordinator.StateDisabled, gen: 2, window: [3]int{100, 0, 0}}, false},
-		{"ramping", p, answer{state: coordinator.StateClosed, gen: 2, rampLeft: time.Second, window: [3]int{100, 0, 0}}, false},
+		{"disabled", p, answer{state: coordinator.StateDisabled, gen: 2, window: window{calls: 100}}, false},
+		{"ramping", p, answer{state: coordinator.StateClosed, gen: 2, rampLeft: time.Second, window: window{calls: 100}}, false},
 		{"the consecutive-failures rule", withConsecutive, closed(100, 0, 0), false},
+		{"throttling on, nothing rejected", throttling, closed(100, 20, 0), true},
+		{"throttling calls", throttling, throttledAnswer, false},
 	} {
 		if got := calm(c.p, c.a); got != c.want {
 			t.Errorf("%s: calm = %v, want %v", c.what, got, c.want)

@@ -20,9 +20,15 @@ type answer struct {
 	rampLeft   time.Duration // closed after a recovery: what is left of the ramp (Policy.RampFor)
 	transition *coordinator.Transition
 	stale      int // outcomes of a Record that changed nothing
-	// window is what a Record that counted says of the window (calls,
-	// failures, slow), to pace the next one by (pace.go).
-	window [3]int
+	// window is what a Record that counted says of the fleet's window, to
+	// pace the next one by (pace.go) and to throttle by (throttle.go).
+	window window
+}
+
+// window is what a Record that counted says of the scope's shared window
+// (coordinator.Result): all zero from any other answer.
+type window struct {
+	calls, failures, slow, throttled int
 }
 
 func decided(d coordinator.Decision) answer {
@@ -31,7 +37,7 @@ func decided(d coordinator.Decision) answer {
 
 func resulted(r coordinator.Result) answer {
 	return answer{state: r.State, gen: r.Generation, retryAfter: r.RetryAfter, rampLeft: r.RampLeft, transition: r.Transition, stale: r.Stale,
-		window: [3]int{r.Calls, r.Failures, r.Slow}}
+		window: window{calls: r.Calls, failures: r.Failures, slow: r.Slow, throttled: r.Throttled}}
 }
 
 // heard is what a transition on the feed says. Its open period, and the

@@ -56,11 +56,12 @@ const (
 	byKnownState                   // coordinator unavailable, scope last seen not closed
 	byFailurePolicy                // coordinator unavailable, FailOpen or FailClosed
 	byRamp                         // closed, but ramping up after a recovery (ramp.go)
+	byThrottle                     // closed, but throttled adaptively (throttle.go)
 	deciders
 )
 
 func (d decider) String() string {
-	return [deciders]string{"coordinator", "cache", "known_state", "failure_policy", "ramp"}[d]
+	return [deciders]string{"coordinator", "cache", "known_state", "failure_policy", "ramp", "throttle"}[d]
 }
 
 // Why an outcome or settlement was not delivered.

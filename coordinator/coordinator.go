@@ -53,11 +53,18 @@ type Decision struct {
 	Transition *Transition   // non-nil when this admission moved the breaker (open -> half-open, or an ended isolation -> closed)
 }
 
-// Outcome is the result of one admitted call.
+// Outcome is the result of one admitted call, or a request the caller
+// throttled (Policy.Throttle).
 type Outcome struct {
 	Generation uint64 // the Decision.Generation of the admission that let the call through
 	Failure    bool
 	Duration   time.Duration // compared with Policy.SlowCallDuration
+	// Throttled marks a request of the closed generation that the caller
+	// rejected itself by adaptive throttling: the window counts it as a
+	// request, never as a call, a failure or a slow call, and it neither
+	// breaks nor extends a run of failures, nor checks the trip rules.
+	// Failure and Duration are then ignored.
+	Throttled bool
 }
 
 // Transition is one change of a breaker's state.
@@ -92,8 +99,9 @@ type Result struct {
 	// Calls, Failures and Slow are, after a Record that counted outcomes
 	// and left the breaker closed or disabled, the window's counts of the
 	// current generation over the live buckets, as [Snapshot] gives them:
-	// how far the scope is from tripping. Zero otherwise.
-	Calls, Failures, Slow int
+	// how far the scope is from tripping. Throttled is the window's count
+	// of throttled requests, beside them. Zero otherwise.
+	Calls, Failures, Slow, Throttled int
 	// Transition is the transition the operation made, if any.
 	Transition *Transition
 	// Replicas says, for the [Controller] methods, whether the change
@@ -112,8 +120,10 @@ type Snapshot struct {
 	State      State
 	Generation uint64
 
-	// Window counts of the current generation, over the live buckets.
-	Calls, Failures, Slow int
+	// Window counts of the current generation, over the live buckets:
+	// calls, failures, slow calls, and requests throttled by the callers
+	// (Outcome.Throttled), which are no calls.
+	Calls, Failures, Slow, Throttled int
 	// ConsecutiveFailures is the current run of failures while closed.
 	ConsecutiveFailures int
 

@@ -30,6 +30,19 @@ type Policy struct {
 	// linearly to all of them. A scope forgotten after a window without
 	// calls forgets its ramp. 0, the default, is off.
 	RampFor time.Duration
+	// Throttle, when set, is K of client-side adaptive throttling (the
+	// Google SRE book's), fleet-wide: while the breaker is closed, a
+	// Breaker rejects each call locally with probability
+	// max(0, (requests − K × accepts) / (requests + 1)), requests and
+	// accepts being the fleet's counts in the shared window (calls plus
+	// throttled requests, and calls that did not fail), so that a
+	// dependency that serves only part of the load gets about K times
+	// what it accepts. It rejects nothing while the window holds fewer
+	// calls than MinCalls (or ConsecutiveFailures, if larger), so that
+	// the trip rules always get the calls they need. Coordinators count
+	// throttled requests (Outcome.Throttled) whatever K is. 0, the
+	// default, is off; otherwise at least 1 (2 is the book's choice).
+	Throttle float64
 }
 
 // DefaultPolicy returns a policy for real traffic:
@@ -163,6 +176,9 @@ func (p Policy) Validate() error {
 	}
 	if p.RampFor < 0 || (p.RampFor > 0 && p.RampFor < time.Millisecond) {
 		return invalid("RampFor", "must be 0 (off) or at least 1ms, got %v", p.RampFor)
+	}
+	if p.Throttle != 0 && !(p.Throttle >= 1 && !math.IsInf(p.Throttle, 1)) {
+		return invalid("Throttle", "must be 0 (off) or a finite K of at least 1 (2 is typical), got %v", p.Throttle)
 	}
 	return nil
 }

@@ -91,6 +91,7 @@ const (
 	pathBornAgain
 	pathBornAboveSeen
 	pathRamping
+	pathThrottled
 	// with a coordinator.Pusher
 	pathPushed
 	// with LoseState
@@ -110,7 +111,7 @@ const (
 var pathNames = [numPaths]string{
 	"opened", "admitted", "rejected while open", "rejected at the probe limit", "lease expired",
 	"settled success", "settled failure", "closed again", "stale outcome", "stale settle",
-	"born again after forgetting", "born above a generation seen", "admitted while ramping", "pushed open", "lost state", "fenced after a loss",
+	"born again after forgetting", "born above a generation seen", "admitted while ramping", "throttled counted", "pushed open", "lost state", "fenced after a loss",
 	"rejected while isolated", "isolated", "isolation ended", "released", "disabled", "counted while disabled", "enabled",
 }
 
@@ -142,6 +143,9 @@ func comparePolicy(rng *rand.Rand) coordinator.Policy {
 	}
 	if rng.IntN(2) == 0 {
 		p.RampFor = 500 * time.Millisecond
+	}
+	if rng.IntN(2) == 0 {
+		p.Throttle = 2
 	}
 	switch rng.IntN(4) {
 	case 0:
@@ -345,7 +349,7 @@ func (d *driver) learn(s *cmpScope, gen uint64, t *coordinator.Transition) {
 func (d *driver) sameResult(s *cmpScope, op string, rr, sr coordinator.Result, lost int) {
 	d.t.Helper()
 	if rr.State != sr.State || rr.Generation != sr.Generation || rr.Stale+lost != sr.Stale || rr.RetryAfter != sr.RetryAfter || rr.RampLeft != sr.RampLeft ||
-		rr.Calls != sr.Calls || rr.Failures != sr.Failures || rr.Slow != sr.Slow {
+		rr.Calls != sr.Calls || rr.Failures != sr.Failures || rr.Slow != sr.Slow || rr.Throttled != sr.Throttled {
 		var why string
 		if lost > 0 {
 			why = fmt.Sprintf(" (want %d more stale: admitted before a loss)", lost)
@@ -403,13 +407,13 @@ func showDecision(d coordinator.Decision) string {
 }
 
 func showResult(r coordinator.Result) string {
-	return fmt.Sprintf("{%v gen %d stale %d retry %v ramp %v window %d/%d/%d transition %s}", r.State, r.Generation, r.Stale, r.RetryAfter, r.RampLeft,
-		r.Calls, r.Failures, r.Slow, showTransition(r.Transition))
+	return fmt.Sprintf("{%v gen %d stale %d retry %v ramp %v window %d/%d/%d throttled %d transition %s}", r.State, r.Generation, r.Stale, r.RetryAfter, r.RampLeft,
+		r.Calls, r.Failures, r.Slow, r.Throttled, showTransition(r.Transition))
 }
 
 func showSnapshot(s coordinator.Snapshot) string {
-	return fmt.Sprintf("{%v gen %d calls %d failures %d slow %d consecutive %d opened %s until %s probes %d successes %d operator %+v forced %s last trip %s %q gen %d %d/%d/%d}",
-		s.State, s.Generation, s.Calls, s.Failures, s.Slow, s.ConsecutiveFailures, since(s.OpenedAt), since(s.OpenUntil),
+	return fmt.Sprintf("{%v gen %d calls %d failures %d slow %d throttled %d consecutive %d opened %s until %s probes %d successes %d operator %+v forced %s last trip %s %q gen %d %d/%d/%d}",
+		s.State, s.Generation, s.Calls, s.Failures, s.Slow, s.Throttled, s.ConsecutiveFailures, since(s.OpenedAt), since(s.OpenUntil),
 		s.ProbesInFlight, s.ProbeSuccesses, s.Operator, since(s.ForcedAt),
 		since(s.LastTrip.At), s.LastTrip.Reason, s.LastTrip.Generation, s.LastTrip.Calls, s.LastTrip.Failures, s.LastTrip.Slow)
 }

@@ -13,6 +13,17 @@ import (
 // checking that their answers agree.
 
 func (d *driver) outcome(s *cmpScope) coordinator.Outcome {
+	// A caller that throttles (Policy.Throttle) sends throttled requests
+	// among its calls' outcomes, more of them while the dependency fails.
+	if s.p.Throttle > 0 && d.rng.IntN(5) < 1+btoi(s.failing) {
+		return coordinator.Outcome{Throttled: true}
+	}
+	return d.callOutcome(s)
+}
+
+// callOutcome is the outcome of a call that went through: probes are
+// never throttled.
+func (d *driver) callOutcome(s *cmpScope) coordinator.Outcome {
 	p := 0.1
 	if s.failing {
 		p = 0.7
@@ -22,6 +33,13 @@ func (d *driver) outcome(s *cmpScope) coordinator.Outcome {
 		o.Duration += 40 * time.Millisecond
 	}
 	return o
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // pick returns a random call of s for which keep holds, or nil.
@@ -189,6 +207,10 @@ func (d *driver) send(b *batch) {
 	if rr.Stale > 0 {
 		d.hit(pathStaleOutcome)
 	}
+	// Counted: every outcome of the batch, a throttled request among them.
+	if rr.Stale == 0 && rr.Transition == nil && slices.ContainsFunc(refOuts, func(o coordinator.Outcome) bool { return o.Throttled }) {
+		d.hit(pathThrottled)
+	}
 	if rr.State == coordinator.StateDisabled && rr.Stale < len(refOuts) {
 		d.hit(pathCountedDisabled)
 	}
@@ -227,7 +249,7 @@ func (d *driver) settleStale(s *cmpScope) {
 // an unknown claim does.
 func (d *driver) settleCall(c *call) {
 	s := c.s
-	o := d.outcome(s)
+	o := d.callOutcome(s)
 	o.Generation = c.gen
 	ctx := context.Background()
 	var rr coordinator.Result

@@ -83,6 +83,9 @@ var rules = []struct {
 	{"SnapshotKeepsTheLastTrip", testSnapshotKeepsTheLastTrip},
 	// counts.go
 	{"RecordAnswersTheWindowCounts", testRecordAnswersTheWindowCounts},
+	// throttle.go
+	{"ThrottledCountsAsARequestNotACall", testThrottledCountsAsARequestNotACall},
+	{"ThrottledLeavesTheWindowAndGoesStale", testThrottledLeavesTheWindowAndGoesStale},
 	// ramp.go
 	{"RampLeftAfterRecovery", testRampLeftAfterRecovery},
 	{"NoRampWithoutRecovery", testNoRampWithoutRecovery},

@@ -40,7 +40,10 @@ func newRules(p coordinator.Policy) *rules {
 	}
 }
 
-type bucket struct{ calls, failures, slow int }
+// bucket counts one slice of the window: calls, failures and slow calls,
+// and the requests callers throttled (Outcome.Throttled), which are no
+// calls.
+type bucket struct{ calls, failures, slow, throttled int }
 
 // breaker is one scope's state. All times are Unix milliseconds of the
 // coordinator's clock.
@@ -250,7 +253,8 @@ func (b *breaker) record(r *rules, now int64, batch string, outcomes []coordinat
 		}
 		counted++
 		b.add(r, now, o)
-		if b.state == coordinator.StateDisabled {
+		// A throttled request is no call: the rules read nothing it changed.
+		if b.state == coordinator.StateDisabled || o.Throttled {
 			continue
 		}
 		if reason := b.tripReason(r, now); reason != "" {
@@ -265,6 +269,7 @@ func (b *breaker) record(r *rules, now int64, batch string, outcomes []coordinat
 		b.rememberBatch(batch)
 		if t == nil {
 			res.Calls, res.Failures, res.Slow = b.counts(r, now)
+			res.Throttled = b.throttled(r, now)
 		}
 	}
 	return res
@@ -285,6 +290,11 @@ func (b *breaker) add(r *rules, now int64, o coordinator.Outcome) {
 		bk = &bucket{}
 		b.window[idx] = bk
 	}
+	b.expiresAt = r.keep(now)
+	if o.Throttled {
+		bk.throttled++
+		return
+	}
 	bk.calls++
 	if o.Failure {
 		bk.failures++
@@ -295,7 +305,6 @@ func (b *breaker) add(r *rules, now int64, o coordinator.Outcome) {
 	if r.p.IsSlow(o.Duration) {
 		bk.slow++
 	}
-	b.expiresAt = r.keep(now)
 }
 
 // counts sums the live buckets of the window.
@@ -309,6 +318,17 @@ func (b *breaker) counts(r *rules, now int64) (calls, failures, slow int) {
 		}
 	}
 	return
+}
+
+// throttled sums the throttled requests of the live buckets.
+func (b *breaker) throttled(r *rules, now int64) (n int) {
+	idx := now / r.width
+	for i, bk := range b.window {
+		if i > idx-r.buckets && i <= idx {
+			n += bk.throttled
+		}
+	}
+	return n
 }
 
 // tripReason says which rule holds, checked in the order consecutive
@@ -421,6 +441,7 @@ func (b *breaker) snapshot(r *rules, scope string, now int64) coordinator.Snapsh
 		ProbeSuccesses:      b.successes,
 	}
 	s.Calls, s.Failures, s.Slow = b.counts(r, now)
+	s.Throttled = b.throttled(r, now)
 	if b.openedAt != 0 {
 		s.OpenedAt = time.UnixMilli(b.openedAt)
 	}

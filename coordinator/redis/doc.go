@@ -45,7 +45,10 @@
 // its buckets belong to), bucket fields are decimal numbers (the bucket's
 // index, its start in Unix ms divided by the bucket width) holding "calls
 // failures slow". A field is read as a bucket only if it parses as a
-// number, so metadata can be added without a new layout.
+// number, so metadata can be added without a new layout: the requests
+// callers throttled (coordinator.Outcome.Throttled) are kept so, in fields
+// throttled:<index> with their running total (throttled, throttled_head),
+// present only while the window holds some.
 //
 // Closed state, its window and its batch IDs expire together a moment
 // after the window has passed (key TTLs are garbage collection only:

@@ -6,8 +6,11 @@
 --   1 state        hash: the breaker (fields below)
 --   2 window       hash: field generation labels the buckets; head, calls,
 --                  failures, slow: running totals of the live buckets, up
---                  to bucket head; every other field is a bucket, named by
---                  its index (start ms / width), holding "calls failures slow"
+--                  to bucket head; throttled:<index>, the requests callers
+--                  throttled in a bucket, with throttled and throttled_head
+--                  their running total (only once some were counted);
+--                  every other field is a bucket, named by its index
+--                  (start ms / width), holding "calls failures slow"
 --   3 probes       hash: probe leases, claim -> deadline ms
 --   4 transitions  the scope's pub/sub channel (not a key)
 -- ARGV (every script): 1 now ms ('' = the server's TIME), 2 bucket width ms,
@@ -260,18 +263,28 @@ local function counts()
   return {calls = 0, failures = 0, slow = 0}
 end
 
+-- throttled_index is the bucket index of a field throttled:<index>; nil
+-- for any other field.
+local function throttled_index(field)
+  return tonumber(string.match(field, '^throttled:(%d+)$'))
+end
+
 -- window reads the window of s's generation: the counts of the current
 -- bucket and of the other live buckets, the fields of buckets that have
 -- left it, and whether it is labelled with s's generation at all (if not,
--- its buckets count for nothing).
+-- its buckets count for nothing); throttled, the throttled requests of the
+-- live buckets.
 local function window(s)
-  local w = {current = counts(), others = counts(), dead = {}, labelled = false}
+  local w = {current = counts(), others = counts(), dead = {}, labelled = false, throttled = 0}
   local raw = redis.call('HGETALL', KEY_WINDOW)
   for i = 1, #raw, 2 do
     local idx = tonumber(raw[i])
     if not idx then
+      local t = throttled_index(raw[i])
       if raw[i] == 'generation' then
         w.labelled = raw[i + 1] == int(s.generation)
+      elseif t and t > IDX - BUCKETS and t <= IDX then
+        w.throttled = w.throttled + tonumber(raw[i + 1])
       end
     elseif idx <= IDX - BUCKETS then
       w.dead[#w.dead + 1] = raw[i]
@@ -285,7 +298,7 @@ local function window(s)
     end
   end
   if not w.labelled then
-    return {current = counts(), others = counts(), dead = {}, labelled = false}
+    return {current = counts(), others = counts(), dead = {}, labelled = false, throttled = 0}
   end
   return w
 end

@@ -6,10 +6,11 @@
 --   12 open for ms, 13 batch ID ('' = none), 14 how many batch IDs to
 --   remember, then from 15 on three values per run of equal outcomes, in
 --   order: their generation (decimal), flags (1 = failure, 2 = slow, 3 =
---   both) and how many
+--   both, 4 = throttled: a request the caller rejected itself, no call)
+--   and how many
 -- Reply: see reply in lib.lua, then the number of stale outcomes; after a
 --   Record that counted outcomes and did not trip, then the window's
---   calls, failures and slow calls.
+--   calls, failures, slow calls and throttled requests.
 local MIN_CALLS = tonumber(ARGV[8])
 local FAILURE_PERMILLE = tonumber(ARGV[9])
 local SLOW_PERMILLE = tonumber(ARGV[10])
@@ -56,6 +57,16 @@ local head, relabel = IDX, true
 -- nothing writes nothing: deleting them without saving the totals would
 -- leave totals that still count them.
 local gone = {}
+-- Throttled requests (Policy.Throttle) are counted beside the buckets, in
+-- fields throttled:<index>, with a running total of their own up to their
+-- own head (throttled, throttled_head): a bucket keeps the form "calls
+-- failures slow" that every reader of layout v2 knows, and the window of
+-- a scope nobody throttles has none of these fields. throttled: the
+-- current bucket's; other_throttled: the other live buckets';
+-- throttled_head: false while there are none.
+local throttled, other_throttled, throttled_head = 0, 0, false
+local throttled_gone = {}
+local tv = false
 
 local function parse(v)
   if not v then
@@ -66,9 +77,11 @@ local function parse(v)
 end
 
 if not s.newborn then
-  local v = redis.call('HMGET', KEY_WINDOW, 'generation', 'head', 'calls', 'failures', 'slow', int(IDX))
+  local v = redis.call('HMGET', KEY_WINDOW, 'generation', 'head', 'calls', 'failures', 'slow', int(IDX),
+    'throttled', 'throttled_head', 'throttled:' .. int(IDX))
   if v[1] == int(s.generation) then
     relabel = false
+    tv = v
     head = tonumber(v[2])
     if not head then
       -- Written without totals: sum the buckets once.
@@ -100,6 +113,21 @@ if not s.newborn then
       other_calls, other_failures, other_slow = total_calls - calls, total_failures - failures, total_slow - slow
     end
   end
+end
+if not relabel and tv and tv[8] then
+  local total
+  total, throttled_head = tonumber(tv[7]), tonumber(tv[8])
+  for i = throttled_head - BUCKETS + 1, math.min(throttled_head, IDX - BUCKETS) do
+    throttled_gone[#throttled_gone + 1] = 'throttled:' .. int(i)
+  end
+  if #throttled_gone > 0 then
+    for _, n in ipairs(redis.call('HMGET', KEY_WINDOW, unpack(throttled_gone))) do
+      total = total - tonumber(n or 0)
+    end
+  end
+  throttled_head = math.max(throttled_head, IDX)
+  throttled = tonumber(tv[9] or 0)
+  other_throttled = total - throttled
 end
 local consecutive = s.consecutive_failures
 
@@ -153,6 +181,9 @@ for i = OUTCOMES, #ARGV, 3 do
   local n = tonumber(ARGV[i + 2])
   if tr or ARGV[i] ~= generation then
     stale = stale + n
+  elseif ARGV[i + 1] == '4' then
+    -- Throttled requests are no calls: the rules read nothing they change.
+    throttled, counted = throttled + n, counted + n
   elseif ARGV[i + 1] == '0' then
     -- A run of plain successes: after the first, the consecutive count is
     -- 0 and both ratios only fall, so a rule can first hold at the first
@@ -207,6 +238,17 @@ if not tr then
   hdel(KEY_WINDOW, gone)
   redis.call('HSET', KEY_WINDOW, int(IDX), string.format('%d %d %d', calls, failures, slow), 'head', int(head),
     'calls', int(other_calls + calls), 'failures', int(other_failures + failures), 'slow', int(other_slow + slow))
-  return reply(s, false, nil, stale, other_calls + calls, other_failures + failures, other_slow + slow)
+  hdel(KEY_WINDOW, throttled_gone)
+  if throttled > 0 then
+    redis.call('HSET', KEY_WINDOW, 'throttled:' .. int(IDX), int(throttled),
+      'throttled', int(other_throttled + throttled), 'throttled_head', int(throttled_head or IDX))
+  elseif throttled_head and other_throttled > 0 then
+    redis.call('HSET', KEY_WINDOW, 'throttled', int(other_throttled), 'throttled_head', int(throttled_head))
+  elseif throttled_head then
+    -- The last throttled request has left the window.
+    redis.call('HDEL', KEY_WINDOW, 'throttled', 'throttled_head')
+  end
+  return reply(s, false, nil, stale, other_calls + calls, other_failures + failures, other_slow + slow,
+    other_throttled + throttled)
 end
 return reply(s, tr, nil, stale)

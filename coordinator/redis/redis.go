@@ -289,8 +289,12 @@ func (c *Coordinator) Record(ctx context.Context, scope string, p coordinator.Po
 	return c.result(ctx, c.client, c.scripts.record, "record", scope, p, coordinator.Seen(ctx, outcomes...), args...)
 }
 
-// outcomeFlags is how record.lua reads an outcome: 1 failure, 2 slow.
+// outcomeFlags is how record.lua reads an outcome: 1 failure, 2 slow, 4
+// throttled (alone: a throttled request is no call).
 func outcomeFlags(p coordinator.Policy, o coordinator.Outcome) int {
+	if o.Throttled {
+		return 4
+	}
 	flags := 0
 	if o.Failure {
 		flags |= 1
@@ -334,6 +338,7 @@ func (c *Coordinator) result(ctx context.Context, rdb goredis.Scripter, s *gored
 	if len(a.rest) > 1 {
 		// A Record that counted: the window's counts.
 		res.Calls, res.Failures, res.Slow = int(r.int(a.rest, 1)), int(r.int(a.rest, 2)), int(r.int(a.rest, 3))
+		res.Throttled = int(r.int(a.rest, 4))
 	}
 	if r.err != nil {
 		return coordinator.Result{}, opError(op, scope, r.err)
@@ -367,6 +372,7 @@ func (c *Coordinator) Snapshot(ctx context.Context, scope string, p coordinator.
 		s.Operator = coordinator.Note{By: r.str(a.rest, 8), Reason: r.str(a.rest, 9), For: time.Duration(r.int(a.rest, 10)) * time.Millisecond}
 		s.ForcedAt = unixMilli(at)
 	}
+	s.Throttled = int(r.int(a.rest, 18))
 	if at := r.int(a.rest, 12); at != 0 {
 		s.LastTrip = coordinator.Trip{At: unixMilli(at), Reason: r.str(a.rest, 13), Generation: r.uint(a.rest, 14),
 			Calls: int(r.int(a.rest, 15)), Failures: int(r.int(a.rest, 16)), Slow: int(r.int(a.rest, 17))}

@@ -7,14 +7,14 @@
 --   failures, opened at, open until (0 = none), probes in flight, probe
 --   successes, note by, note reason, note for ms, noted at (0 = no note),
 --   then the last trip: at (0 = none), reason, generation, calls,
---   failures, slow.
+--   failures, slow; then the window's throttled requests.
 
 local s = stored()
 -- A scope that is not born, or whose isolation has ended, reads all zero:
 -- the next operation that writes gives it a new generation.
 if not born(s) or isolation_over(s) then
   return reply({state = CLOSED, generation = 0}, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, '', '', 0, 0,
-    0, '', 0, 0, 0, 0)
+    0, '', 0, 0, 0, 0, 0)
 end
 local w = window(s)
 local inflight = 0
@@ -29,4 +29,5 @@ return reply(s, false, nil,
   w.current.calls + w.others.calls, w.current.failures + w.others.failures, w.current.slow + w.others.slow,
   s.consecutive_failures, s.opened_at, s.open_until, inflight, s.probe_successes,
   v[1] or '', v[2] or '', tonumber(v[3] or 0), tonumber(v[4] or 0),
-  tonumber(v[5] or 0), v[6] or '', tonumber(v[7] or 0), tonumber(v[8] or 0), tonumber(v[9] or 0), tonumber(v[10] or 0))
+  tonumber(v[5] or 0), v[6] or '', tonumber(v[7] or 0), tonumber(v[8] or 0), tonumber(v[9] or 0), tonumber(v[10] or 0),
+  w.throttled)

@@ -48,3 +48,57 @@ func TestWindowTotalsRebuiltFromBuckets(t *testing.T) {
 		t.Fatalf("10th outcome, a failure: %+v, %v; want the trip at 5 of 10, every bucket counted", res, err)
 	}
 }
+
+// TestThrottledKeptBesideTheBuckets: throttled requests live in fields of
+// their own (throttled:<index>, and their total), so that every bucket
+// keeps the form "calls failures slow" that replicas of an earlier release
+// of layout v2 read; the fields go when their requests leave the window.
+func TestThrottledKeptBesideTheBuckets(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	clock := coordinatortest.NewClock()
+	c := cbredis.New(rdb, cbredis.WithClock(clock.Now))
+	p := coordinator.Policy{Window: 10 * time.Second, Buckets: 10, MinCalls: 10, FailureRatio: 0.5,
+		OpenFor: time.Second, Probes: 1, ProbeLease: time.Second, ProbeSuccesses: 1, Throttle: 2}
+	gen := born(t, c, "s", p)
+	var window string
+	for _, k := range scopeKeys(t, rdb, cbredis.DefaultPrefix) {
+		if strings.HasSuffix(k, ":window") {
+			window = k
+		}
+	}
+	throttledFields := func() (n int) {
+		for f := range rdb.HGetAll(ctx, window).Val() {
+			if strings.HasPrefix(f, "throttled") {
+				n++
+			}
+		}
+		return n
+	}
+	for range 3 {
+		if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: gen}, {Generation: gen, Throttled: true}}); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Second)
+	}
+	for f, v := range rdb.HGetAll(ctx, window).Val() {
+		if f[0] >= '0' && f[0] <= '9' && strings.Count(v, " ") != 2 {
+			t.Errorf("bucket %s = %q; want \"calls failures slow\"", f, v)
+		}
+	}
+	if n := throttledFields(); n != 5 {
+		t.Errorf("%d throttled fields; want 3 buckets, the total and its head", n)
+	}
+	clock.Advance(5 * time.Second)
+	if res, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: gen}}); err != nil || res.Calls != 4 || res.Throttled != 3 {
+		t.Fatalf("a call 8s on: %+v, %v; want 4 calls and 3 throttled", res, err)
+	}
+	clock.Advance(4 * time.Second) // the three first buckets leave the window
+	res, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: gen}})
+	if err != nil || res.Calls != 2 || res.Throttled != 0 {
+		t.Fatalf("a call once the throttled requests have left: %+v, %v; want 2 calls, none throttled", res, err)
+	}
+	if n := throttledFields(); n != 0 {
+		t.Errorf("%d throttled fields left; want none once no throttled request is in the window", n)
+	}
+}

@@ -13,6 +13,14 @@
 //	go run ./cmd/cbfleetsim -sizes 16x8 -rate 20 -fail step -open-for 1s -duration 30s
 //	go run ./cmd/cbfleetsim -replicas 64 -rate 20 -fail step -fail-share 0.1
 //	go run ./cmd/cbfleetsim -cluster -sizes 64x8 -md fleet.md -json fleet.json
+//	go run ./cmd/cbfleetsim -throttle-plot ../docs
+//
+// With -throttle-plot DIR it runs the adaptive-throttling simulation
+// instead (see [bench.RunThrottle]): 16 replicas at 10 calls a second, a
+// dependency that serves 40% of that from 10 s to 30 s, Policy.Throttle 2,
+// once fleet-wide and once per replica, and draws offered, admitted and
+// accepted calls per second of each as DIR/throttle-fleet.svg and
+// DIR/throttle-replica.svg.
 package main
 
 import (
@@ -51,8 +59,15 @@ func main() {
 		mdPath   = flag.String("md", "", "also write the tables as markdown here")
 		jsonPath = flag.String("json", "", "write the rows as JSON here")
 		profile  = flag.String("cpuprofile", "", "write the simulator's CPU profile here, to see where its cores go")
+		plotDir  = flag.String("throttle-plot", "", "run the adaptive-throttling simulation instead, and write its plots into this directory")
 	)
 	flag.Parse()
+	if *plotDir != "" {
+		if err := throttlePlots(context.Background(), *plotDir); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if *profile != "" {
 		f, err := os.Create(*profile)
 		if err != nil {
