@@ -34,10 +34,7 @@ import (
 func BenchmarkBusyServer(b *testing.B) {
 	const conns = 128
 	b.Run("record", func(b *testing.B) {
-		srv := redistest.Start(b)
-		rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), PoolSize: conns, MinIdleConns: conns})
-		defer rdb.Close()
-		c := New(rdb)
+		admin, _, c := busyServer(b, conns)
 		p := coordinator.DefaultPolicy()
 		outcomes := make([]coordinator.Outcome, 500)
 		gen := birth(b, c, p)
@@ -45,7 +42,7 @@ func BenchmarkBusyServer(b *testing.B) {
 			outcomes[i].Generation = gen
 		}
 		var n atomic.Int64
-		busy(b, srv.Client(b), conns, "evalsha", func(ctx context.Context) {
+		busy(b, admin, conns, "evalsha", func(ctx context.Context) {
 			id := "replica-" + strconv.FormatInt(n.Add(1), 36)
 			if _, err := c.Record(coordinator.WithBatchID(ctx, id), "s", p, outcomes); err != nil {
 				b.Error(err)
@@ -53,10 +50,7 @@ func BenchmarkBusyServer(b *testing.B) {
 		})
 	})
 	b.Run("heartbeat", func(b *testing.B) {
-		srv := redistest.Start(b)
-		rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), PoolSize: conns, MinIdleConns: conns})
-		defer rdb.Close()
-		c := New(rdb)
+		admin, rdb, c := busyServer(b, conns)
 		ctx := context.Background()
 		var channels []string
 		for i := range conns {
@@ -74,12 +68,21 @@ func BenchmarkBusyServer(b *testing.B) {
 			ww.mu.Unlock()
 		}
 		var n atomic.Int64
-		busy(b, srv.Client(b), conns, "publish", func(ctx context.Context) {
+		busy(b, admin, conns, "publish", func(ctx context.Context) {
 			if err := rdb.Publish(ctx, channels[n.Add(1)%conns], "").Err(); err != nil {
 				b.Error(err)
 			}
 		})
 	})
+}
+
+// busyServer starts a server and returns a client to read its statistics
+// with, a client of conns connections for the load, and a coordinator on it.
+func busyServer(b *testing.B, conns int) (admin, rdb *goredis.Client, c *Coordinator) {
+	srv := redistest.Start(b)
+	rdb = goredis.NewClient(&goredis.Options{Addr: srv.Addr(), PoolSize: conns, MinIdleConns: conns})
+	b.Cleanup(func() { rdb.Close() })
+	return srv.Client(b), rdb, New(rdb)
 }
 
 // busy runs op b.N times from conns goroutines and reports Redis's CPU per
