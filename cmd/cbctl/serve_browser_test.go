@@ -175,6 +175,44 @@ func TestServeBrowser(t *testing.T) {
 		}
 	}
 
+	// A listing read before a transition and delivered after it leaves the
+	// tile as the transition made it: the page asks for a listing, Redis
+	// isolates the tripped scope while the answer, already read, waits,
+	// and the answer arrives after the transition's event.
+	read := make(chan struct{}, 1)
+	hook := func() {
+		select {
+		case read <- struct{}{}:
+		default:
+		}
+		time.Sleep(400 * time.Millisecond)
+	}
+	testHookListed.Store(&hook)
+	b.eval(`window.staleSeq = ui.loadSeq + 1; window.stateAtStale = "";
+		const rendered = render;
+		render = function (p, seq) {
+			rendered(p, seq);
+			const t = `+tileOf(tripped)+`;
+			if (seq === window.staleSeq && t) window.stateAtStale = t.dataset.state;
+		};
+		load(); true`, nil)
+	select {
+	case <-read:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the page's listing did not reach the server")
+	}
+	if _, err := coord.Isolate(ctx, tripped, p, coordinator.Note{By: "test", Reason: "while a listing is on its way"}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor("the tripped tile isolated by the event", tileOf(tripped)+`.dataset.state === "isolated"`, 5*time.Second)
+	testHookListed.Store(nil)
+	b.waitFor("the listing read before the isolation", `window.stateAtStale !== ""`, 5*time.Second)
+	var stale string
+	b.eval(`window.stateAtStale`, &stale)
+	if stale != "isolated" {
+		t.Errorf("after a listing read before the isolation arrived, the tile reads %q; want it left isolated", stale)
+	}
+
 	// Isolate a scope from the page, with a reason; cbctl show sees it.
 	b.eval(tileOf(isolated)+`.querySelector("button.isolate").click()`, nil)
 	b.waitFor("the isolate dialog", `document.getElementById("act").open`, 5*time.Second)

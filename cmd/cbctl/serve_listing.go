@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
@@ -83,8 +84,17 @@ func (s *server) listing(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.hub.timeout)
 	s.hub.current(ctx)
 	cancel()
-	writeAPI(w, http.StatusOK, s.hub.page(strings.ToLower(q.Get("q")), less, page, size))
+	p := s.hub.page(strings.ToLower(q.Get("q")), less, page, size)
+	if hook := testHookListed.Load(); hook != nil {
+		(*hook)()
+	}
+	writeAPI(w, http.StatusOK, p)
 }
+
+// testHookListed, when a test sets it, runs between reading a page of the
+// table and sending it: a listing read before a transition and delivered
+// after it.
+var testHookListed atomic.Pointer[func()]
 
 // intParam reads a query parameter: def when absent, else a number in
 // [lo, hi].

@@ -14,6 +14,9 @@ const ui = {
   tiles: new Map(),  // scope -> tile element of the page shown
   rows: new Map(),   // scope -> row shown
   loadSeq: 0, shownSeq: 0, loadTimer: null,
+  // heard: scope -> ui.loadSeq when the event stream last changed its row.
+  // A listing asked for before then may have been read before the change.
+  heard: new Map(),
   acting: null,      // {op, row} of the open dialog
 };
 
@@ -143,10 +146,14 @@ async function load() {
   ui.shownSeq = seq;
   ui.offset = Date.parse(p.now) - Date.now();
   ui.page = p.page;
-  render(p);
+  render(p, seq);
 }
 
-function render(p) {
+// render shows page p of the listing asked for as load seq. A row the
+// event stream changed after that (a transition heard while the answer
+// was on its way) stays as heard, unless the listing has a later
+// generation: the answer may have been read before the change.
+function render(p, seq) {
   const counts = $('counts');
   counts.replaceChildren();
   for (const s of STATES) {
@@ -159,10 +166,13 @@ function render(p) {
     (p.matched !== p.scopes ? ' (of ' + p.scopes + ')' : '') + ' · page ' + p.page + ' of ' + p.pages;
   $('prev').disabled = p.page <= 1;
   $('next').disabled = p.page >= p.pages;
+  const shown = new Map(ui.rows);
   ui.tiles.clear();
   ui.rows.clear();
   const frag = document.createDocumentFragment();
-  for (const row of p.rows) {
+  for (let row of p.rows) {
+    const heard = shown.get(row.scope);
+    if (heard && ui.heard.get(row.scope) >= seq && heard.generation >= row.generation) row = heard;
     const t = tile(row);
     ui.tiles.set(row.scope, t);
     ui.rows.set(row.scope, row);
@@ -177,6 +187,7 @@ function render(p) {
 function showRow(row) {
   const old = ui.tiles.get(row.scope);
   if (!old) return;
+  ui.heard.set(row.scope, ui.loadSeq);
   const t = tile(row);
   old.replaceWith(t);
   ui.tiles.set(row.scope, t);
