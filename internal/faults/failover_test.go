@@ -169,7 +169,7 @@ func TestSentinelFailoverLosesTheTrip(t *testing.T) {
 		t.Fatalf("before the failover: %+v; want the trip", lost)
 	}
 
-	fleet.Phase("lossy failover")
+	before := fleet.Phase("lossy failover")
 	failing := srv.Counts().Failed
 	start := time.Now()
 	s.LossyFailover(t)
@@ -193,10 +193,17 @@ func TestSentinelFailoverLosesTheTrip(t *testing.T) {
 	again := int64(srv.Counts().Failed - failing)
 	reps := fleet.Phase("end")
 	fleet.Quit(quitTimeout)
+	// Coordinator calls that time out during the failover cost the window
+	// outcomes, by design: a Record that fails drops its outcomes, and a
+	// call whose admission failed is let through by the failure policy
+	// with the others of its replica for the back-off, uncounted. CI saw
+	// 50 fresh failing calls against 44 once, the slowest call at 52 ms.
+	uncounted := func(r cbfleet.Report) int64 { return r.Decisions["allow/failure_policy"] + r.Dropped }
+	failOpen := sum(reps, uncounted) - sum(before, uncounted)
 
 	worst := time.Duration(maxOf(reps, func(r cbfleet.Report) int64 { return r.MaxUS })) * time.Microsecond
-	t.Logf("generations: %d healthy, %d tripped (lost), %d after the failover (rolled back, %v), %d tripped again %v after the failover began, after %d fresh failing calls; slowest call %v; feed losses %v",
-		healthy.Generation, lost.Generation, rolledBack.Generation, rolledBack.State, retripped.Generation, reTripped.Round(time.Millisecond), again, worst,
+	t.Logf("generations: %d healthy, %d tripped (lost), %d after the failover (rolled back, %v), %d tripped again %v after the failover began, after %d fresh failing calls (%d dropped or let through by the failure policy); slowest call %v; feed losses %v",
+		healthy.Generation, lost.Generation, rolledBack.Generation, rolledBack.State, retripped.Generation, reTripped.Round(time.Millisecond), again, failOpen, worst,
 		sum(reps, func(r cbfleet.Report) int64 { return r.FeedLosses }))
 	// The promoted replica holds the state from before the trip, in the
 	// generation handed out then, until the fleet's fresh failures trip it
@@ -208,8 +215,9 @@ func TestSentinelFailoverLosesTheTrip(t *testing.T) {
 	if retripped.State != coordinator.StateOpen || retripped.Generation <= lost.Generation {
 		t.Errorf("after the fleet tripped again: %v in generation %d; want open above the lost generation %d", retripped.State, retripped.Generation, lost.Generation)
 	}
-	if bound := int64(p.MinCalls + 4*(2*2+2)); again > bound {
-		t.Errorf("the fleet tripped again after %d fresh failing calls; want at most %d (MinCalls + replicas x (2 callers + 2), one more call per caller for the failover)", again, bound)
+	if bound := int64(p.MinCalls+4*(2*2+2)) + failOpen; again > bound {
+		t.Errorf("the fleet tripped again after %d fresh failing calls; want at most %d (MinCalls + replicas x (2 callers + 2), one more call per caller for the failover, and the %d outcomes dropped or calls let through by the failure policy)",
+			again, bound, failOpen)
 	}
 	if again < int64(p.MinCalls)/2 {
 		t.Errorf("the fleet tripped again after %d fresh failing calls; a trip needs at least %d failures in the window", again, p.MinCalls/2)
