@@ -163,12 +163,17 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 		return nil, err
 	}
 	t.plainOps = make(map[string][]metric.RecordOption)
-	for _, op := range []string{"admit", "record", "settle", "push", "isolate", "release", "disable", "enable", "snapshot", "list"} {
+	for _, op := range operations {
 		t.plainOps[op] = []metric.RecordOption{metric.WithAttributes(attrOperation.String(op))}
 	}
 	t.methods.init()
 	return t, nil
 }
+
+// operations are the values of cbgrpc.operation: every coordinator call
+// the Breaker makes (trip.op), its metric options made once.
+// TestEveryOperationIsListed holds the code to this list.
+var operations = []string{"admit", "record", "settle", "push", "isolate", "release", "disable", "enable", "snapshot", "list"}
 
 // stop ends what telemetry does on its own: observing the table.
 func (t *telemetry) stop() error { return t.observing.Unregister() }
