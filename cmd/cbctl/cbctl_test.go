@@ -399,3 +399,19 @@ func TestCLIShowLastTrip(t *testing.T) {
 		t.Errorf("show --json last trip %+v; want %q in generation %d at %d of %d", lt, reason, gen, f.p.MinCalls, f.p.MinCalls)
 	}
 }
+
+// TestCLIShowThrottled: the requests adaptive throttling rejected are in
+// the window beside the calls, and show says how many.
+func TestCLIShowThrottled(t *testing.T) {
+	srv := redistest.Start(t)
+	f := newFleet(t, srv.Client(t))
+	c := newCLI(t, srv.Addr())
+	scope := "quota/Get"
+	gen := f.admit(scope).Generation
+	out := []coordinator.Outcome{{Generation: gen}, {Generation: gen, Throttled: true}, {Generation: gen, Throttled: true}}
+	if _, err := f.c.Record(context.Background(), scope, f.p, out); err != nil {
+		t.Fatal(err)
+	}
+	c.want(0, "throttled:            2", "", "show", scope)
+	c.want(0, `"throttled": 2`, "", "show", scope, "--json")
+}

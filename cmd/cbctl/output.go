@@ -65,6 +65,7 @@ func writeDetail(w io.Writer, s coordinator.Snapshot) error {
 	row("calls", s.Calls)
 	row("failures", s.Failures)
 	row("slow", s.Slow)
+	row("throttled", s.Throttled)
 	row("consecutive failures", s.ConsecutiveFailures)
 	row("opened at", formatTime(s.OpenedAt))
 	row("open until", formatTime(s.OpenUntil))
@@ -111,6 +112,7 @@ type snapshotJSON struct {
 	Calls               int       `json:"calls"`
 	Failures            int       `json:"failures"`
 	Slow                int       `json:"slow"`
+	Throttled           int       `json:"throttled"` // requests adaptive throttling rejected (Policy.Throttle)
 	ConsecutiveFailures int       `json:"consecutive_failures"`
 	OpenedAt            string    `json:"opened_at,omitempty"`
 	OpenUntil           string    `json:"open_until,omitempty"`
@@ -177,7 +179,7 @@ func jsonTime(t time.Time) string {
 func toJSON(s coordinator.Snapshot) snapshotJSON {
 	out := snapshotJSON{
 		Scope: s.Scope, State: s.State.String(), Generation: s.Generation,
-		Calls: s.Calls, Failures: s.Failures, Slow: s.Slow, ConsecutiveFailures: s.ConsecutiveFailures,
+		Calls: s.Calls, Failures: s.Failures, Slow: s.Slow, Throttled: s.Throttled, ConsecutiveFailures: s.ConsecutiveFailures,
 		OpenedAt: jsonTime(s.OpenedAt), OpenUntil: jsonTime(s.OpenUntil),
 		ProbesInFlight: s.ProbesInFlight, ProbeSuccesses: s.ProbeSuccesses,
 		ForcedAt: jsonTime(s.ForcedAt),

@@ -209,7 +209,8 @@ function tile(row) {
     return dd;
   };
   item('generation', row.generation);
-  item('window', count(row.calls, 'call') + ' · ' + count(row.failures, 'failure') + ' · ' + row.slow + ' slow');
+  item('window', count(row.calls, 'call') + ' · ' + count(row.failures, 'failure') + ' · ' + row.slow + ' slow' +
+    (row.throttled > 0 ? ' · ' + row.throttled + ' throttled' : ''));
   item('failures', ratioView(row));
   if (row.open_until) {
     const cd = el('span', 'countdown');
