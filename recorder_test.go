@@ -91,8 +91,8 @@ func TestSuccessesWaitFailuresDoNot(t *testing.T) {
 // TestBusyScopeSendsFullBatches: with successes waiting up to the record
 // interval (an hour here), a scope busier than the recorder holds sends
 // full batches as they fill instead of dropping outcomes: 20,000
-// successes through a recorder of 1,000, none dropped, in Records of at
-// most half of it.
+// successes through a recorder of 1,000, all but two partial batches sent
+// before Close, none dropped, in Records of at most half of it.
 func TestBusyScopeSendsFullBatches(t *testing.T) {
 	_, tc := memoryWith(t, coordinatortest.NewClock())
 	mt := newMetrics()
@@ -109,7 +109,10 @@ func TestBusyScopeSendsFullBatches(t *testing.T) {
 			time.Sleep(time.Millisecond) // the recorder's goroutine gets its turn
 		}
 	}
-	eventually(t, "the full batches to be sent", func() bool { return tc.recorded.Load() >= n-500 })
+	// What is below a full batch waits for the record interval: up to a
+	// batch the loop holds and a list the calls fill, each short of the
+	// 500 that make a full one (CI saw 19,500 not reached once).
+	eventually(t, "the full batches to be sent", func() bool { return tc.recorded.Load() >= n-2*500 })
 	dropped := mt.sum(t, "cbgrpc.outcomes.dropped")
 	t.Logf("%d successes: %d recorded in %d Records before Close, %d dropped", n, tc.recorded.Load(), tc.records.Load(), dropped)
 	if dropped != 0 {
