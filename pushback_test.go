@@ -139,9 +139,15 @@ func TestServerPushbackOpensTheFleetOnce(t *testing.T) {
 			for range 4 {
 				tr := newTracing()
 				tracings = append(tracings, tr)
+				// A 1 s coordinator timeout: under CI's load a first admission
+				// over a fresh connection can take more than 50 ms, and the
+				// calls the failure policy then lets through belong to no
+				// generation, so their pushbacks are stale (CI saw 1,000
+				// reach the server and no transition once).
 				b := newBreaker(t, c, WithPolicy(p), WithTracerProvider(tr.tp),
 					WithServerPushback([]codes.Code{codes.ResourceExhausted}),
-					WithScope(func(context.Context, string, string) string { return scope }))
+					WithScope(func(context.Context, string, string) string { return scope }),
+					WithCoordinatorTimeout(time.Second))
 				breakers = append(breakers, b)
 				clients = append(clients, testgrpc.NewTestServiceClient(dial(t, addr, b)))
 			}
