@@ -8,6 +8,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cbgrpc/cbgrpc/internal/freeport"
 )
 
 // Cluster is a private Redis Cluster of three masters and no replicas on
@@ -21,7 +23,7 @@ type Cluster struct {
 func StartCluster() (*Cluster, error) {
 	c := &Cluster{}
 	for range 3 {
-		port, err := freePort(true)
+		port, err := freeport.Loopback(true)
 		if err != nil {
 			c.Stop()
 			return nil, err

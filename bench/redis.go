@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cbgrpc/cbgrpc/internal/freeport"
 )
 
 // Redis is a redis-server this package started, or one it was given.
@@ -24,7 +25,7 @@ type Redis struct {
 // StartRedis starts a private redis-server on a free loopback port, with no
 // persistence.
 func StartRedis() (*Redis, error) {
-	port, err := freePort(false)
+	port, err := freeport.Loopback(false)
 	if err != nil {
 		return nil, err
 	}
@@ -78,32 +79,6 @@ func (r *Redis) Stop() {
 
 // Target is the server, for a simulated fleet.
 func (r *Redis) Target() Target { return Target{Addrs: []string{r.Addr}} }
-
-// freePort returns a loopback port nobody listens on; with bus, one whose
-// port+10000 is free too, for a cluster node's bus.
-func freePort(bus bool) (int, error) {
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !bus {
-			return port, nil
-		}
-		if port+10000 > 65535 {
-			continue
-		}
-		b, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
-		if err != nil {
-			continue
-		}
-		b.Close()
-		return port, nil
-	}
-	return 0, errors.New("no free loopback port pair for a cluster node")
-}
 
 // commandCounter is a go-redis hook that counts the commands a client
 // sends: what a breaker costs in round trips, whatever a script does inside

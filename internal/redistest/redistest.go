@@ -13,7 +13,6 @@ package redistest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -26,6 +25,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cbgrpc/cbgrpc/internal/freeport"
 )
 
 const (
@@ -98,7 +99,7 @@ func start(t testing.TB, k kind) *Server {
 	// try a few.
 	var err error
 	for range 5 {
-		s.port, err = freePort(k == clusterNode)
+		s.port, err = freeport.Loopback(k == clusterNode)
 		if err != nil {
 			continue
 		}
@@ -123,32 +124,6 @@ func adminOptions(addr string) *goredis.Options {
 // conf is the path of a Sentinel's config file.
 func (s *Server) conf() string {
 	return filepath.Join(s.dir, "sentinel.conf")
-}
-
-// freePort returns a loopback port nobody listens on. A cluster node also
-// needs port+10000 for its bus.
-func freePort(cluster bool) (int, error) {
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !cluster {
-			return port, nil
-		}
-		if port+10000 > 65535 {
-			continue
-		}
-		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
-		if err != nil {
-			continue
-		}
-		bus.Close()
-		return port, nil
-	}
-	return 0, errors.New("no free port pair for a cluster node")
 }
 
 func (s *Server) launch() error {
