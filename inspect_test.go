@@ -3,6 +3,7 @@ package cbgrpc
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -43,11 +44,11 @@ func TestBreakerSnapshotSaysWhyItTripped(t *testing.T) {
 		t.Errorf("Snapshot after the trip: %+v; want open, its trip's reason, time and counts", s)
 	}
 	again, err := b.Snapshot(ctx, scopes[0])
-	if err != nil || again != s {
+	if err != nil || !reflect.DeepEqual(again, s) {
 		t.Errorf("a second Snapshot: %+v, %v; want the same, looking changes nothing", again, err)
 	}
 	list, err := b.List(ctx)
-	if err != nil || len(list) != 1 || list[0] != s {
+	if err != nil || len(list) != 1 || !reflect.DeepEqual(list[0], s) {
 		t.Errorf("List = %+v, %v; want the one snapshot", list, err)
 	}
 

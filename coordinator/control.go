@@ -60,6 +60,26 @@ type Controller interface {
 	// Enable puts a disabled breaker back under its rules, closed, in the
 	// same generation with the window it counted while disabled.
 	Enable(ctx context.Context, scope string, p Policy, n Note) (Result, error)
+
+	// SetOverride merges o into the override stored for t (see
+	// [Override.Merge]: a field o marks for removal is removed), and
+	// stores the result after [CheckOverride] accepted it: a bad field is
+	// refused, naming it, and nothing is stored. The change gets a new
+	// version and is published to every Watch that follows the scope (or
+	// every Watch, for the fleet default; see [PolicyWatch]), and Breakers
+	// apply it from their next call on. It returns the layers now stored
+	// for t (for a scope, the fleet default as well) and, like the other
+	// commands, whether the change reached the replicas. An override left
+	// with no field is removed, as by ResetOverride.
+	SetOverride(ctx context.Context, t Target, o Override, n Note) (Overrides, error)
+
+	// ResetOverride removes t's override, so that Breakers fall back to
+	// the fleet default or their code's policy. Resetting a target with
+	// no override changes nothing and publishes nothing.
+	ResetOverride(ctx context.Context, t Target, n Note) (Overrides, error)
+
+	// Overrides reads the fleet default and scope's override.
+	Overrides(ctx context.Context, scope string) (Overrides, error)
 }
 
 // Replication is whether an operator's change reached the replicas of the
@@ -113,7 +133,7 @@ func (n Note) Validate(op string) error {
 		if strings.TrimSpace(n.Reason) == "" {
 			return bad("a reason is required to %s a breaker", op)
 		}
-	case "release", "enable":
+	case "release", "enable", "override":
 	default:
 		return bad("unknown operation %q", op)
 	}

@@ -31,6 +31,15 @@ type Coordinator interface {
 	// Outcomes of another generation, or sent while the breaker is not
 	// closed, are stale and change nothing. See [WithBatchID] to make a
 	// retried Record safe.
+	//
+	// Every Record carries p, with its source ([WithPolicySource]), for
+	// Snapshot.Policies: stale or not, whatever the state, since it tells
+	// what the replica runs, not what was counted. A Record that counts
+	// outcomes under another Window or Buckets than the window was written
+	// with first re-lays the window: the counts of the buckets live under
+	// the old layout move into the current bucket of p's, so that none is
+	// lost or counted twice and the ratios stay; they leave the window one
+	// window of p later. The generation and the run of failures stay.
 	Record(ctx context.Context, scope string, p Policy, outcomes []Outcome) (Result, error)
 
 	// Settle reports the outcome of the probe admitted with claim. A claim
@@ -39,7 +48,9 @@ type Coordinator interface {
 	Settle(ctx context.Context, scope string, p Policy, claim string, o Outcome) (Result, error)
 
 	// Snapshot reports the scope's state as of now without changing it:
-	// looking never uses up a probe.
+	// looking never uses up a probe. It reads the window with the layout
+	// (Window, Buckets) the window was written with, and p's only when it
+	// stores none, so that a reader with another policy reads it right.
 	Snapshot(ctx context.Context, scope string, p Policy) (Snapshot, error)
 }
 
@@ -51,6 +62,11 @@ type Decision struct {
 	RetryAfter time.Duration // on Reject: time until a probe slot may be free, or until an isolation for a set time ends (0 when isolated until released)
 	RampLeft   time.Duration // closed, with Policy.RampFor set: what is left of the ramp after the last recovery (0: none)
 	Transition *Transition   // non-nil when this admission moved the breaker (open -> half-open, or an ended isolation -> closed)
+	// PolicyVersion is the version of the scope's override
+	// ([Controller.SetOverride]; [PolicyLayer].Version), after a reset the
+	// reset's, 0 when none was ever set: a caller that runs on another
+	// version reads the override again.
+	PolicyVersion uint64
 }
 
 // Outcome is the result of one admitted call, or a request the caller
@@ -104,6 +120,9 @@ type Result struct {
 	Calls, Failures, Slow, Throttled int
 	// Transition is the transition the operation made, if any.
 	Transition *Transition
+	// PolicyVersion is, as in [Decision], the version of the scope's
+	// override.
+	PolicyVersion uint64
 	// Replicas says, for the [Controller] methods, whether the change
 	// reached the coordinator's replicas; it is zero for Record and Settle,
 	// and when there were no replicas to wait for.
@@ -143,6 +162,14 @@ type Snapshot struct {
 	// kept through recovery until the scope is forgotten: it tells an
 	// operator why a breaker that now reads open, or closed again, opened.
 	LastTrip Trip
+
+	// Policies are the distinct policies that Records carried within the
+	// last window, newest first: the first is the policy in force. More
+	// than one means the replicas disagree (a rolling deploy, a replica
+	// yet to apply an override), or that the policy changed within the
+	// window: the old one leaves the list a window after its last Record.
+	// Empty when no Record came.
+	Policies []SeenPolicy
 }
 
 // Trip is one opening of a breaker by its rules: a trip from closed, or a

@@ -92,6 +92,8 @@ const (
 	pathBornAboveSeen
 	pathRamping
 	pathThrottled
+	pathReLaid
+	pathPoliciesSeen
 	// with a coordinator.Pusher
 	pathPushed
 	// with LoseState
@@ -111,7 +113,8 @@ const (
 var pathNames = [numPaths]string{
 	"opened", "admitted", "rejected while open", "rejected at the probe limit", "lease expired",
 	"settled success", "settled failure", "closed again", "stale outcome", "stale settle",
-	"born again after forgetting", "born above a generation seen", "admitted while ramping", "throttled counted", "pushed open", "lost state", "fenced after a loss",
+	"born again after forgetting", "born above a generation seen", "admitted while ramping", "throttled counted",
+	"window re-laid", "policies seen > 1", "pushed open", "lost state", "fenced after a loss",
 	"rejected while isolated", "isolated", "isolation ended", "released", "disabled", "counted while disabled", "enabled",
 }
 
@@ -156,6 +159,20 @@ func comparePolicy(rng *rand.Rand) coordinator.Policy {
 	return p
 }
 
+// altPolicy is the policy that other replicas of a scope run, from an
+// operator's override: p with another layout of the window.
+func altPolicy(rng *rand.Rand, p coordinator.Policy) coordinator.Policy {
+	switch rng.IntN(3) {
+	case 0:
+		p.Window, p.Buckets = 600*time.Millisecond, 4
+	case 1:
+		p.Window, p.Buckets = 2*time.Second, 5
+	default:
+		p.Window, p.Buckets = time.Second, 4
+	}
+	return p
+}
+
 type driver struct {
 	t       *testing.T
 	rng     *rand.Rand
@@ -181,11 +198,16 @@ type cmpScope struct {
 	name    string // the scope on the coordinator under test
 	alias   string // the scope on the reference: a new one after each loss
 	p       coordinator.Policy
-	failing bool // the dependency is failing: outcomes fail more often
-	losses  int  // for naming the reference's next scope
+	alt     coordinator.Policy // the policy of the replicas that run an override
+	failing bool               // the dependency is failing: outcomes fail more often
+	losses  int                // for naming the reference's next scope
 	// gen is the generation of the last answer about alias; 0 before the
 	// first.
 	gen uint64
+	// laid is the policy of the last Record that counted, in generation
+	// laidGen: the layout its window was written with.
+	laid    coordinator.Policy
+	laidGen uint64
 }
 
 // call is one admitted call.
@@ -200,6 +222,7 @@ type call struct {
 
 type batch struct {
 	s     *cmpScope
+	p     coordinator.Policy // the policy of the replica that records it
 	id    string
 	calls []*call
 	outs  []coordinator.Outcome // without generations
@@ -220,7 +243,7 @@ func newDriver(t *testing.T, f Factory, opts CompareOptions, seed uint64, reache
 	d.pusher, _ = d.sut.(coordinator.Pusher)
 	for i, name := range []string{"{α}|a", "b\n"} {
 		s := &cmpScope{index: i, name: t.Name() + "/" + name, p: comparePolicy(d.rng), failing: d.rng.IntN(2) == 0}
-		s.alias = s.name
+		s.alias, s.alt = s.name, altPolicy(d.rng, s.p)
 		d.scopes = append(d.scopes, s)
 	}
 	return d
@@ -276,8 +299,8 @@ func (d *driver) note(format string, args ...any) {
 
 func (d *driver) fail(format string, args ...any) {
 	d.t.Helper()
-	d.t.Fatalf("%s\npolicies: %+v\nlast operations:\n  %s", fmt.Sprintf(format, args...),
-		[]coordinator.Policy{d.scopes[0].p, d.scopes[1].p}, strings.Join(d.trail, "\n  "))
+	d.t.Fatalf("%s\npolicies: %+v\noverrides: %+v\nlast operations:\n  %s", fmt.Sprintf(format, args...),
+		[]coordinator.Policy{d.scopes[0].p, d.scopes[1].p}, []coordinator.Policy{d.scopes[0].alt, d.scopes[1].alt}, strings.Join(d.trail, "\n  "))
 }
 
 func (d *driver) noErr(op string, refErr, sutErr error) {
@@ -412,10 +435,14 @@ func showResult(r coordinator.Result) string {
 }
 
 func showSnapshot(s coordinator.Snapshot) string {
-	return fmt.Sprintf("{%v gen %d calls %d failures %d slow %d throttled %d consecutive %d opened %s until %s probes %d successes %d operator %+v forced %s last trip %s %q gen %d %d/%d/%d}",
+	var policies []string
+	for _, p := range s.Policies {
+		policies = append(policies, fmt.Sprintf("%s@%s/%v", p.Fingerprint, since(p.At), p.Source))
+	}
+	return fmt.Sprintf("{%v gen %d calls %d failures %d slow %d throttled %d consecutive %d opened %s until %s probes %d successes %d operator %+v forced %s last trip %s %q gen %d %d/%d/%d policies %v}",
 		s.State, s.Generation, s.Calls, s.Failures, s.Slow, s.Throttled, s.ConsecutiveFailures, since(s.OpenedAt), since(s.OpenUntil),
 		s.ProbesInFlight, s.ProbeSuccesses, s.Operator, since(s.ForcedAt),
-		since(s.LastTrip.At), s.LastTrip.Reason, s.LastTrip.Generation, s.LastTrip.Calls, s.LastTrip.Failures, s.LastTrip.Slow)
+		since(s.LastTrip.At), s.LastTrip.Reason, s.LastTrip.Generation, s.LastTrip.Calls, s.LastTrip.Failures, s.LastTrip.Slow, policies)
 }
 
 // since shows a time of the clock as the time since [Start].

@@ -148,7 +148,11 @@ func (d *driver) record(s *cmpScope) {
 		return
 	}
 	d.rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	b := &batch{s: s}
+	// Some of the scope's replicas run an override of the policy.
+	b := &batch{s: s, p: s.p}
+	if d.rng.IntN(4) == 0 {
+		b.p = s.alt
+	}
 	for _, c := range cands[:1+d.rng.IntN(min(4, len(cands)))] {
 		d.calls = remove(d.calls, c)
 		b.calls = append(b.calls, c)
@@ -199,11 +203,23 @@ func (d *driver) send(b *batch) {
 	if b.id != "" {
 		ctx = coordinator.WithBatchID(ctx, b.id)
 	}
-	rr, refErr := d.ref.Record(ctx, s.alias, s.p, refOuts)
-	sr, sutErr := d.sut.Record(ctx, s.name, s.p, sutOuts)
-	d.note("record s%d batch %q %v (+%d lost) -> %s", s.index, b.id, refOuts, lost, showResult(rr))
+	var alt string
+	if b.p != s.p {
+		ctx, alt = coordinator.WithPolicySource(ctx, coordinator.SourceScope), fmt.Sprintf(" under %v/%d", b.p.Window, b.p.Buckets)
+	}
+	rr, refErr := d.ref.Record(ctx, s.alias, b.p, refOuts)
+	sr, sutErr := d.sut.Record(ctx, s.name, b.p, sutOuts)
+	d.note("record s%d batch %q%s %v (+%d lost) -> %s", s.index, b.id, alt, refOuts, lost, showResult(rr))
 	d.noErr("Record", refErr, sutErr)
-	d.sameResult(s, fmt.Sprintf("Record(batch %q, %d outcomes)", b.id, len(sutOuts)), rr, sr, lost)
+	d.sameResult(s, fmt.Sprintf("Record(batch %q, %d outcomes%s)", b.id, len(sutOuts), alt), rr, sr, lost)
+	if rr.Stale < len(refOuts) {
+		// Counted, so written with b's layout: re-laid if the window was
+		// written with another in this generation.
+		if s.laidGen == rr.Generation && (s.laid.Window != b.p.Window || s.laid.Buckets != b.p.Buckets) {
+			d.hit(pathReLaid)
+		}
+		s.laid, s.laidGen = b.p, rr.Generation
+	}
 	if rr.Stale > 0 {
 		d.hit(pathStaleOutcome)
 	}
@@ -243,31 +259,22 @@ func (d *driver) settleStale(s *cmpScope) {
 	d.settleCall(&call{s: s, claim: fmt.Sprintf("ghost-%d", d.next)})
 }
 
-// settleCall settles c on the coordinator under test. The reference settles
-// it too, unless it was admitted before a loss: the reference then runs
-// the rest of the operation, an empty Record, which writes as a Settle of
-// an unknown claim does.
+// settleCall settles c on both coordinators. A probe admitted before a
+// loss is unknown to the reference's new scope, as it must be to the
+// coordinator under test: both report it stale.
 func (d *driver) settleCall(c *call) {
 	s := c.s
 	o := d.callOutcome(s)
 	o.Generation = c.gen
 	ctx := context.Background()
-	var rr coordinator.Result
-	var refErr error
-	if c.lost {
-		rr, refErr = d.ref.Record(ctx, s.alias, s.p, nil)
-	} else {
-		rr, refErr = d.ref.Settle(ctx, s.alias, s.p, c.claim, o)
-	}
+	rr, refErr := d.ref.Settle(ctx, s.alias, s.p, c.claim, o)
 	sr, sutErr := d.sut.Settle(ctx, s.name, s.p, c.claim, o)
 	d.note("settle s%d %s %+v (lost: %v) -> %s", s.index, c.claim, o, c.lost, showResult(sr))
 	d.noErr("Settle", refErr, sutErr)
-	lost := 0
 	if c.lost {
-		lost = 1
 		d.hit(pathFenced)
 	}
-	d.sameResult(s, fmt.Sprintf("Settle(%s, %+v)", c.claim, o), rr, sr, lost)
+	d.sameResult(s, fmt.Sprintf("Settle(%s, %+v)", c.claim, o), rr, sr, 0)
 	switch {
 	case sr.Stale > 0:
 		d.hit(pathStaleSettle)
@@ -283,10 +290,18 @@ func (d *driver) settleCall(c *call) {
 
 func (d *driver) snapshot(s *cmpScope) {
 	ctx := context.Background()
-	rs, refErr := d.ref.Snapshot(ctx, s.alias, s.p)
-	ss, sutErr := d.sut.Snapshot(ctx, s.name, s.p)
+	// A reader of either policy reads the window as it was written.
+	p := s.p
+	if d.rng.IntN(3) == 0 {
+		p = s.alt
+	}
+	rs, refErr := d.ref.Snapshot(ctx, s.alias, p)
+	ss, sutErr := d.sut.Snapshot(ctx, s.name, p)
 	d.note("snapshot s%d -> %s", s.index, showSnapshot(rs))
 	d.noErr("Snapshot", refErr, sutErr)
+	if len(rs.Policies) > 1 {
+		d.hit(pathPoliciesSeen)
+	}
 	if ss.Scope != s.name {
 		d.fail("Snapshot(s%d): scope %q; want %q", s.index, ss.Scope, s.name)
 	}

@@ -2,6 +2,7 @@ package coordinatortest
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -62,7 +63,11 @@ func sameSnapshot(a, b coordinator.Snapshot) bool {
 			}
 		}
 	}
-	return a == b
+	if !samePolicies(a.Policies, b.Policies) {
+		return false
+	}
+	a.Policies, b.Policies = nil, nil
+	return reflect.DeepEqual(a, b)
 }
 
 var (
@@ -84,7 +89,8 @@ func testIsolateRejectsEveryAdmit(t *testing.T, f Factory) {
 	}
 	isolatedAt := h.now()
 	s := h.wantState("isolated", isolated, iso)
-	want := coordinator.Snapshot{Scope: h.scope, State: isolated, Generation: iso, OpenedAt: isolatedAt, Operator: outage, ForcedAt: isolatedAt}
+	want := coordinator.Snapshot{Scope: h.scope, State: isolated, Generation: iso, OpenedAt: isolatedAt, Operator: outage, ForcedAt: isolatedAt,
+		Policies: []coordinator.SeenPolicy{seen(h.p, coordinator.SourceCode, isolatedAt)}}
 	if !sameSnapshot(s, want) {
 		t.Errorf("snapshot %+v; want %+v: an empty window, no end, the operator's note", s, want)
 	}

@@ -3,6 +3,7 @@ package coordinatortest
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -249,7 +250,7 @@ func (h *harness) wantState(what string, s coordinator.State, gen uint64) coordi
 // generation 0 with nothing else.
 func (h *harness) wantNotBorn(what string) {
 	h.t.Helper()
-	if s := h.snapshot(); s != (coordinator.Snapshot{Scope: h.scope}) {
+	if s := h.snapshot(); !reflect.DeepEqual(s, coordinator.Snapshot{Scope: h.scope}) {
 		h.t.Errorf("%s: snapshot %+v; want a scope not born: closed in generation 0 with nothing counted", what, s)
 	}
 }

@@ -86,6 +86,18 @@ var rules = []struct {
 	// throttle.go
 	{"ThrottledCountsAsARequestNotACall", testThrottledCountsAsARequestNotACall},
 	{"ThrottledLeavesTheWindowAndGoesStale", testThrottledLeavesTheWindowAndGoesStale},
+	// layout.go
+	{"LayoutGrowingKeepsTheCounts", testLayoutGrowingKeepsTheCounts},
+	{"LayoutShrinkingKeepsTheCounts", testLayoutShrinkingKeepsTheCounts},
+	{"ReLaidCountsLeaveOneNewWindowLater", testReLaidCountsLeaveOneNewWindowLater},
+	{"SnapshotReadsTheStoredLayout", testSnapshotReadsTheStoredLayout},
+	{"AlternatingLayoutsNeverCountTwice", testAlternatingLayoutsNeverCountTwice},
+	{"TripOnReLaidCounts", testTripOnReLaidCounts},
+	// seenpolicies.go
+	{"RecordCarriesItsPolicy", testRecordCarriesItsPolicy},
+	{"SeenPoliciesNewestFirst", testSeenPoliciesNewestFirst},
+	{"SeenPolicyLeavesAfterAWindow", testSeenPolicyLeavesAfterAWindow},
+	{"SeenPoliciesKeepTheNewest", testSeenPoliciesKeepTheNewest},
 	// ramp.go
 	{"RampLeftAfterRecovery", testRampLeftAfterRecovery},
 	{"NoRampWithoutRecovery", testNoRampWithoutRecovery},
@@ -118,6 +130,13 @@ var rules = []struct {
 	// watch.go: the optional transition feed
 	{"WatchDeliversTransitionsOfFollowedScopes", testWatchDeliversTransitionsOfFollowedScopes},
 	{"WatchUnfollow", testWatchUnfollow},
+	// override.go: the optional shared policy
+	{"OverrideMergesAndVersions", testOverrideMergesAndVersions},
+	{"OverrideFleetDefault", testOverrideFleetDefault},
+	{"OverrideInvalidIsRefused", testOverrideInvalidIsRefused},
+	{"OverrideReset", testOverrideReset},
+	{"AnswersCarryPolicyVersion", testAnswersCarryPolicyVersion},
+	{"PolicyWatchDeliversChanges", testPolicyWatchDeliversChanges},
 	// control.go: the optional operators' commands
 	{"IsolateRejectsEveryAdmit", testIsolateRejectsEveryAdmit},
 	{"IsolateForEndsByItself", testIsolateForEndsByItself},

@@ -58,7 +58,10 @@ type breaker struct {
 	successes           int              // probe successes in this half-open period
 	leases              map[string]int64 // claim -> deadline, only in half-open
 	window              map[int64]*bucket
-	batches             []string // recent batch IDs, oldest first
+	// width and buckets are the layout the window was written with (see
+	// layout.go); 0 while nothing is written to it.
+	width, buckets int64
+	batches        []string // recent batch IDs, oldest first
 	// expiresAt is when a closed breaker has nothing left worth keeping:
 	// every bucket it wrote has left the window.
 	expiresAt int64
@@ -74,6 +77,10 @@ type breaker struct {
 	// breaker was open, half-open or isolated (ms; 0: it did not), the
 	// start of the ramp (Policy.RampFor).
 	recoveredAt int64
+
+	// policies are the policies Records carried, by fingerprint
+	// (seenpolicies.go).
+	policies map[string]seenPolicy
 
 	// lapsed is the transition the current operation made before its own
 	// work (an isolation whose time had passed), reported by the
@@ -276,6 +283,7 @@ func (b *breaker) record(r *rules, now int64, batch string, outcomes []coordinat
 }
 
 func (b *breaker) add(r *rules, now int64, o coordinator.Outcome) {
+	b.relay(r, now)
 	idx := now / r.width
 	for i := range b.window {
 		if i <= idx-r.buckets {
@@ -309,26 +317,13 @@ func (b *breaker) add(r *rules, now int64, o coordinator.Outcome) {
 
 // counts sums the live buckets of the window.
 func (b *breaker) counts(r *rules, now int64) (calls, failures, slow int) {
-	idx := now / r.width
-	for i, bk := range b.window {
-		if i > idx-r.buckets && i <= idx {
-			calls += bk.calls
-			failures += bk.failures
-			slow += bk.slow
-		}
-	}
-	return
+	sum := b.live(r, now)
+	return sum.calls, sum.failures, sum.slow
 }
 
 // throttled sums the throttled requests of the live buckets.
-func (b *breaker) throttled(r *rules, now int64) (n int) {
-	idx := now / r.width
-	for i, bk := range b.window {
-		if i > idx-r.buckets && i <= idx {
-			n += bk.throttled
-		}
-	}
-	return n
+func (b *breaker) throttled(r *rules, now int64) int {
+	return b.live(r, now).throttled
 }
 
 // tripReason says which rule holds, checked in the order consecutive
@@ -368,6 +363,7 @@ func (b *breaker) restart(state coordinator.State, now int64) {
 	b.openFor, b.openUntil = 0, 0
 	b.consec, b.successes = 0, 0
 	b.window, b.leases = nil, nil
+	b.width, b.buckets = 0, 0
 	b.recoveredAt = 0
 }
 
@@ -442,6 +438,8 @@ func (b *breaker) snapshot(r *rules, scope string, now int64) coordinator.Snapsh
 	}
 	s.Calls, s.Failures, s.Slow = b.counts(r, now)
 	s.Throttled = b.throttled(r, now)
+	width, buckets := b.layout(r)
+	s.Policies = b.seenPolicies(now - width*buckets)
 	if b.openedAt != 0 {
 		s.OpenedAt = time.UnixMilli(b.openedAt)
 	}

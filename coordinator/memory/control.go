@@ -37,6 +37,7 @@ func (c *Coordinator) control(ctx context.Context, op, scope string, p coordinat
 	err := c.op(ctx, op, scope, p, coordinator.Seen(ctx), func(b *breaker, r *rules, now int64) *coordinator.Transition {
 		t := b.control(r, now, op, n)
 		res = b.result(r, now, 0, t)
+		res.PolicyVersion = c.policyVersion(scope)
 		return t
 	})
 	return res, err

@@ -3,6 +3,7 @@ package memory_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -204,7 +205,7 @@ func (m *fuzzModel) step(op, arg byte) {
 		m.failf("Snapshot: %v", err)
 	}
 	if m.notBorn() {
-		if s != (coordinator.Snapshot{Scope: "fuzz"}) {
+		if !reflect.DeepEqual(s, coordinator.Snapshot{Scope: "fuzz"}) {
 			m.failf("snapshot %+v; want a scope not born", s)
 		}
 	} else if s.Generation != m.gen {

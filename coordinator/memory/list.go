@@ -27,7 +27,7 @@ func (c *Coordinator) List(ctx context.Context, p coordinator.Policy) ([]coordin
 	now := c.clock().UnixMilli()
 	var out []coordinator.Snapshot
 	for scope, b := range c.scopes {
-		if s := b.snapshot(r, scope, now); s != (coordinator.Snapshot{Scope: scope}) {
+		if s := b.snapshot(r, scope, now); s.Generation != 0 {
 			out = append(out, s)
 		}
 	}

@@ -18,6 +18,8 @@ type Coordinator struct {
 	scopes map[string]*breaker
 	// watches are the open subscriptions to the transition feed.
 	watches map[*watch]struct{}
+	// policies are the overrides of the shared policy (policy.go).
+	policies overrides
 	// ops counts operations since the last sweep of expired scopes, so
 	// that sweeping costs O(1) per operation, amortised.
 	ops int
@@ -123,6 +125,7 @@ func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Pol
 	var d coordinator.Decision
 	err := c.op(ctx, "admit", scope, p, coordinator.Seen(ctx), func(b *breaker, r *rules, now int64) *coordinator.Transition {
 		d = b.admit(r, now, claim)
+		d.PolicyVersion = c.policyVersion(scope)
 		return d.Transition
 	})
 	return d, err
@@ -132,8 +135,11 @@ func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Pol
 func (c *Coordinator) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
 	var res coordinator.Result
 	batch := coordinator.BatchID(ctx)
+	fp, source := p.Fingerprint(), coordinator.PolicySourceOf(ctx)
 	err := c.op(ctx, "record", scope, p, coordinator.Seen(ctx, outcomes...), func(b *breaker, r *rules, now int64) *coordinator.Transition {
+		b.carry(r, now, fp, source)
 		res = b.record(r, now, batch, outcomes)
+		res.PolicyVersion = c.policyVersion(scope)
 		return res.Transition
 	})
 	return res, err
@@ -144,6 +150,7 @@ func (c *Coordinator) Settle(ctx context.Context, scope string, p coordinator.Po
 	var res coordinator.Result
 	err := c.op(ctx, "settle", scope, p, coordinator.Seen(ctx, o), func(b *breaker, r *rules, now int64) *coordinator.Transition {
 		res = b.settle(r, now, claim, o)
+		res.PolicyVersion = c.policyVersion(scope)
 		return res.Transition
 	})
 	return res, err

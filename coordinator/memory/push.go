@@ -18,6 +18,7 @@ func (c *Coordinator) Push(ctx context.Context, scope string, p coordinator.Poli
 	var res coordinator.Result
 	err := c.op(ctx, "push", scope, p, coordinator.Seen(ctx, coordinator.Outcome{Generation: gen}), func(b *breaker, r *rules, now int64) *coordinator.Transition {
 		res = b.push(r, now, gen, coordinator.PushPeriod(p, period).Milliseconds(), reason)
+		res.PolicyVersion = c.policyVersion(scope)
 		return res.Transition
 	})
 	return res, err

@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ func TestForgottenScopeIsBornAboveBorrowedGenerations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s, _ := c.Snapshot(ctx, "flapping", p); s != (coordinator.Snapshot{Scope: "flapping"}) {
+	if s, _ := c.Snapshot(ctx, "flapping", p); !reflect.DeepEqual(s, coordinator.Snapshot{Scope: "flapping"}) {
 		t.Fatalf("snapshot a window after the last release: %+v; want a forgotten scope", s)
 	}
 	d, err := c.Admit(ctx, "flapping", p, "")

@@ -48,6 +48,33 @@ func (c *Coordinator) publish(t *coordinator.Transition) {
 	}
 }
 
+// publishPolicy tells every subscription that follows policies of a change
+// of the fleet default, or of a scope it follows. c.mu is held.
+func (c *Coordinator) publishPolicy(ch coordinator.PolicyChange) {
+	for w := range c.watches {
+		w.mu.Lock()
+		f := w.policies
+		if f != nil && !w.lost && !w.closed && (ch.Target.Fleet || w.scopes[ch.Target.Scope] != 0) {
+			f(ch)
+		}
+		w.mu.Unlock()
+	}
+}
+
+var _ coordinator.PolicyWatch = (*watch)(nil)
+
+// FollowPolicies implements [coordinator.PolicyWatch]. f runs with the
+// coordinator's lock held: it must not call the coordinator.
+func (w *watch) FollowPolicies(ctx context.Context, f func(coordinator.PolicyChange)) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return errWatchClosed
+	}
+	w.policies = f
+	return nil
+}
+
 type watch struct {
 	c    *Coordinator
 	ch   chan delivery
@@ -59,8 +86,10 @@ type watch struct {
 	// scope is followed again before Next reads it.
 	scopes  map[string]uint64
 	follows uint64
-	lost    bool
-	closed  bool
+	// policies hears the changes of overrides (FollowPolicies).
+	policies func(coordinator.PolicyChange)
+	lost     bool
+	closed   bool
 }
 
 // delivery is a transition on its way to the reader, with the Follow it

@@ -1,6 +1,6 @@
 -- admit.lua: Admit. Runs after lib.lua.
 --
--- KEYS: state, window, probes, transitions (see lib.lua)
+-- KEYS: state, window, probes, transitions, policy (see lib.lua)
 -- ARGV: 1-7 see lib.lua; 8 probe slots, 9 probe lease ms, 10 claim
 -- Reply: see reply in lib.lua, then the verdict (0 allow, 1 probe,
 --   2 reject).

@@ -45,7 +45,7 @@ func (c *Coordinator) control(ctx context.Context, op, scope string, p coordinat
 		return coordinator.Result{}, opError(op, scope, err)
 	}
 	args := []any{op, n.By, n.Reason, n.For.Milliseconds(), n.Describe(op)}
-	conn, err := c.masterConn(ctx, scope)
+	conn, err := c.masterConn(ctx, scopeKeys(c.prefix, scope)[keyState])
 	if err != nil {
 		return coordinator.Result{}, opError(op, scope, err)
 	}
@@ -69,13 +69,13 @@ func (c *Coordinator) control(ctx context.Context, op, scope string, p coordinat
 }
 
 // masterConn returns a connection of its own to the master that holds
-// scope's keys, or nil when the client cannot give one.
-func (c *Coordinator) masterConn(ctx context.Context, scope string) (*goredis.Conn, error) {
+// key, or nil when the client cannot give one.
+func (c *Coordinator) masterConn(ctx context.Context, key string) (*goredis.Conn, error) {
 	switch rdb := c.client.(type) {
 	case *goredis.Client: // a single server, or a failover client
 		return rdb.Conn(), nil
 	case *goredis.ClusterClient:
-		node, err := rdb.MasterForKey(ctx, scopeKeys(c.prefix, scope)[keyState])
+		node, err := rdb.MasterForKey(ctx, key)
 		if err != nil {
 			return nil, err
 		}

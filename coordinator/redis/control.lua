@@ -1,7 +1,7 @@
 -- control.lua: the operator's commands of coordinator.Controller. Runs
 -- after lib.lua.
 --
--- KEYS: state, window, probes, transitions (see lib.lua)
+-- KEYS: state, window, probes, transitions, policy (see lib.lua)
 -- ARGV: 1-7 see lib.lua; 8 command (isolate, release, disable, enable),
 --   9 note by, 10 note reason, 11 note for ms (isolate; 0 = until released),
 --   12 the reason of the transition the command makes

@@ -24,8 +24,11 @@
 //	<prefix>v2:{h}:state           hash: the breaker
 //	<prefix>v2:{h}:window          hash: the generation label and the buckets of the window
 //	<prefix>v2:{h}:probes          hash: probe leases, claim -> deadline (Unix ms)
-//	<prefix>v2:{h}:transitions     the scope's transition channel (pub/sub, not a key)
+//	<prefix>v2:{h}:transitions     the scope's transition channel (pub/sub, not a key); it also carries "policy <version>" when the scope's override changes
 //	<prefix>v2:{h}:heartbeat:<id>  a Watch's heartbeat channel (pub/sub), h of a scope it follows
+//	<prefix>v2:{h}:policy          hash: the scope's policy override (override, version, by, reason, at), never expiring
+//	<prefix>v2:{fleet}:policy      hash: the fleet default, likewise, in a slot of its own
+//	<prefix>v2:{fleet}:policy-changes  the fleet default's channel: "policy <version>"
 //
 // under the prefix "cbgrpc:" unless [WithPrefix] says otherwise. The shared
 // hash tag puts them in one Redis Cluster slot, whatever bytes the scope
@@ -38,7 +41,10 @@
 // consecutive_failures, probe_successes, expires_at (when a closed
 // generation is past keeping), scope (the readable scope, for operators)
 // and, while isolated or disabled, the operator's note: note_by,
-// note_reason, note_for, noted_at. Times are Unix milliseconds.
+// note_reason, note_for, noted_at; and for each policy Records carried
+// (coordinator.Snapshot.Policies), policy:<fingerprint> holding "<ms>
+// <source> <encoding>", at most [coordinator.RecentPolicies] of them. Times
+// are Unix milliseconds.
 //
 // The window hash keeps its metadata and its buckets apart by the form of
 // the field name: metadata fields are words (generation: the generation
@@ -48,7 +54,10 @@
 // number, so metadata can be added without a new layout: the requests
 // callers throttled (coordinator.Outcome.Throttled) are kept so, in fields
 // throttled:<index> with their running total (throttled, throttled_head),
-// present only while the window holds some.
+// present only while the window holds some; and so is the layout the
+// buckets were written with (width: the bucket width in ms, buckets: how
+// many), which a Record under another layout re-lays (record.lua) and
+// every reader reads them with.
 //
 // Closed state, its window and its batch IDs expire together a moment
 // after the window has passed (key TTLs are garbage collection only:

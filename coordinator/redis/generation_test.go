@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -155,7 +156,7 @@ func TestForgottenScopeIsBornAboveItsOldGeneration(t *testing.T) {
 
 	// Expired, still in Redis: the expired state is the floor.
 	clock.Advance(p.Window)
-	if s, err := c.Snapshot(ctx, "s", p); err != nil || s != (coordinator.Snapshot{Scope: "s"}) {
+	if s, err := c.Snapshot(ctx, "s", p); err != nil || !reflect.DeepEqual(s, coordinator.Snapshot{Scope: "s"}) {
 		t.Fatalf("Snapshot of the forgotten scope = %+v, %v; want it not born", s, err)
 	}
 	reborn := born(t, c, "s", p)

@@ -11,10 +11,11 @@ import (
 const layout = "v2"
 
 // keys are a scope's keys, in the order the scripts take them (see
-// lib.lua). The last is the scope's transition channel, passed with the
+// lib.lua). The fourth is the scope's transition channel, passed with the
 // keys so that it shares their hash tag, and so their cluster slot: a
 // sharded PUBLISH from the script must stay in the slot the script runs in.
-type keys [4]string
+// The last is the scope's policy override (policy.go).
+type keys [5]string
 
 // Indexes of keys.
 const (
@@ -22,6 +23,7 @@ const (
 	keyWindow
 	keyProbes
 	keyChannel
+	keyPolicy
 )
 
 // stateSuffix ends the name of every state hash, which List looks for.
@@ -33,5 +35,13 @@ const stateSuffix = "}:state"
 func scopeKeys(prefix, scope string) keys {
 	sum := sha256.Sum256([]byte(scope))
 	base := prefix + layout + ":{" + hex.EncodeToString(sum[:])
-	return keys{base + stateSuffix, base + "}:window", base + "}:probes", base + "}:transitions"}
+	return keys{base + stateSuffix, base + "}:window", base + "}:probes", base + "}:transitions", base + "}:policy"}
+}
+
+// fleetKeys names the fleet default's policy hash and the channel its
+// changes go out on: one slot of their own, under the prefix. The tag
+// cannot be a scope's, which is 64 hex digits.
+func fleetKeys(prefix string) (policy, channel string) {
+	base := prefix + layout + ":{fleet}"
+	return base + ":policy", base + ":policy-changes"
 }

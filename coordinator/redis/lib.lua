@@ -9,10 +9,14 @@
 --                  to bucket head; throttled:<index>, the requests callers
 --                  throttled in a bucket, with throttled and throttled_head
 --                  their running total (only once some were counted);
+--                  width and buckets, the layout the buckets were written
+--                  with (bucket width ms, bucket count; see window);
 --                  every other field is a bucket, named by its index
 --                  (start ms / width), holding "calls failures slow"
 --   3 probes       hash: probe leases, claim -> deadline ms
 --   4 transitions  the scope's pub/sub channel (not a key)
+--   5 policy       hash: the scope's policy override (policy.lua); every
+--                  reply carries its version
 -- ARGV (every script): 1 now ms ('' = the server's TIME), 2 bucket width ms,
 --   3 buckets. Scripts that write add 4 the readable scope, 5 the GC
 --   margin ms, 6 the highest generation of the scope the caller has seen
@@ -33,13 +37,15 @@
 -- counted, each followed by a NUL byte, and batch_count, how many; and
 -- once it has opened by its rules, the last
 -- trip: trip_at, trip_reason, trip_generation, trip_calls, trip_failures,
--- trip_slow. Times are Unix ms of the coordinator's clock.
+-- trip_slow; and per policy Records carried, policy:<fingerprint> =
+-- "<ms> <source> <encoding>" (see seen_policies). Times are Unix ms of the
+-- coordinator's clock.
 --
 -- The window key lives as long as the state hash and carries the
 -- generation of its buckets, so that a state hash lost on its own leaves
 -- the floor for the next generation behind.
 
-local KEY_STATE, KEY_WINDOW, KEY_PROBES, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local KEY_STATE, KEY_WINDOW, KEY_PROBES, CHANNEL, KEY_POLICY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local NOW = tonumber(ARGV[1]) -- nil: the server's TIME, read below
 local WIDTH = tonumber(ARGV[2])
 local BUCKETS = tonumber(ARGV[3])
@@ -269,38 +275,80 @@ local function throttled_index(field)
   return tonumber(string.match(field, '^throttled:(%d+)$'))
 end
 
--- window reads the window of s's generation: the counts of the current
--- bucket and of the other live buckets, the fields of buckets that have
--- left it, and whether it is labelled with s's generation at all (if not,
--- its buckets count for nothing); throttled, the throttled requests of the
--- live buckets.
+-- window reads the window of s's generation with the layout it was
+-- written with: the counts of the current bucket and of the other live
+-- buckets, the fields of buckets that have left it, and whether it is
+-- labelled with s's generation at all (if not, its buckets count for
+-- nothing); throttled, the throttled requests of the live buckets; width
+-- and buckets, the layout. A window that stores no layout (written
+-- before layouts were, or with nothing counted) is read with the
+-- caller's, WIDTH and BUCKETS.
 local function window(s)
-  local w = {current = counts(), others = counts(), dead = {}, labelled = false, throttled = 0}
+  local w = {current = counts(), others = counts(), dead = {}, labelled = false, throttled = 0,
+    width = WIDTH, buckets = BUCKETS}
   local raw = redis.call('HGETALL', KEY_WINDOW)
+  for i = 1, #raw, 2 do
+    if raw[i] == 'width' then
+      w.width = tonumber(raw[i + 1])
+    elseif raw[i] == 'buckets' then
+      w.buckets = tonumber(raw[i + 1])
+    end
+  end
+  local current = math.floor(NOW / w.width)
   for i = 1, #raw, 2 do
     local idx = tonumber(raw[i])
     if not idx then
       local t = throttled_index(raw[i])
       if raw[i] == 'generation' then
         w.labelled = raw[i + 1] == int(s.generation)
-      elseif t and t > IDX - BUCKETS and t <= IDX then
+      elseif t and t > current - w.buckets and t <= current then
         w.throttled = w.throttled + tonumber(raw[i + 1])
       end
-    elseif idx <= IDX - BUCKETS then
+    elseif idx <= current - w.buckets then
       w.dead[#w.dead + 1] = raw[i]
-    elseif idx <= IDX then
+    elseif idx <= current then
       local c, f, sl = string.match(raw[i + 1], '^(%d+) (%d+) (%d+)$')
       local b = w.others
-      if idx == IDX then
+      if idx == current then
         b = w.current
       end
       b.calls, b.failures, b.slow = b.calls + tonumber(c), b.failures + tonumber(f), b.slow + tonumber(sl)
     end
   end
   if not w.labelled then
-    return {current = counts(), others = counts(), dead = {}, labelled = false, throttled = 0}
+    return {current = counts(), others = counts(), dead = {}, labelled = false, throttled = 0,
+      width = WIDTH, buckets = BUCKETS}
   end
   return w
+end
+
+-- seen_policies reads the policies Records carried (Snapshot.Policies),
+-- kept in the state hash as policy:<fingerprint> = "<ms> <source>
+-- <encoding>": those carried after since (ms), newest first, ties broken
+-- by fingerprint, each {fingerprint, at, source, encoding}; and the
+-- fields of the others.
+local function seen_policies(since)
+  local live, old = {}, {}
+  local raw = redis.call('HGETALL', KEY_STATE)
+  for i = 1, #raw, 2 do
+    local fingerprint = string.match(raw[i], '^policy:(.*)$')
+    if fingerprint then
+      local at, source, encoding = string.match(raw[i + 1], '^(%d+) (%d+) (.*)$')
+      at = tonumber(at)
+      if at > since then
+        live[#live + 1] = {fingerprint = fingerprint, at = at, source = tonumber(source), encoding = encoding}
+      else
+        old[#old + 1] = raw[i]
+      end
+    end
+  end
+  table.sort(live, function(a, b)
+    if a.at ~= b.at then
+      return a.at > b.at
+    end
+    return a.fingerprint < b.fingerprint
+  end)
+  return live, old
 end
 
 -- publish announces tr on the scope's channel, so that every replica
@@ -315,10 +363,13 @@ end
 -- did: first the lapse begin made, then tr, the script's own transition
 -- (false: none). It reports tr, or else the lapse:
 --   {state as of now, generation, retry after ms, now,
---    from, to, generation after, open until, reason, ramp left ms, ...}
+--    from, to, generation after, open until, reason, ramp left ms,
+--    policy version, ...}
 -- with from = -1 when nothing moved, then the script's own values (...).
 -- The ramp left is what remains of the ramp after a recovery while
 -- closed (RAMP_FOR; 0 when none).
+-- The policy version is that of the scope's override ('0': none), so that
+-- a caller learns of a change on its next round trip.
 -- retry nil: until the open period, or an isolation for a set time, ends
 -- (0 in any other state). The state as of now reads an open breaker whose
 -- period has ended as half-open.
@@ -345,9 +396,10 @@ local function reply(s, tr, retry, ...)
   if state == CLOSED and RAMP_FOR > 0 and (s.recovered_at or 0) > 0 and NOW < s.recovered_at + RAMP_FOR then
     ramp = s.recovered_at + RAMP_FOR - NOW
   end
+  local version = tonumber(redis.call('HGET', KEY_POLICY, 'version') or 0)
   if tr then
     return {CODE[state], s.generation, retry, NOW,
-      CODE[tr.from], CODE[tr.to], tr.generation, tr.open_until, tr.reason, ramp, ...}
+      CODE[tr.from], CODE[tr.to], tr.generation, tr.open_until, tr.reason, ramp, version, ...}
   end
-  return {CODE[state], s.generation, retry, NOW, -1, -1, 0, 0, '', ramp, ...}
+  return {CODE[state], s.generation, retry, NOW, -1, -1, 0, 0, '', ramp, version, ...}
 end

@@ -76,7 +76,7 @@ func (c *Coordinator) List(ctx context.Context, p coordinator.Policy) ([]coordin
 		if err != nil {
 			return nil, err
 		}
-		if s != (coordinator.Snapshot{Scope: scope}) {
+		if s.Generation != 0 {
 			out = append(out, s)
 		}
 	}

@@ -1,6 +1,6 @@
 -- push.lua: Push (server pushback). Runs after lib.lua.
 --
--- KEYS: state, window, probes, transitions (see lib.lua)
+-- KEYS: state, window, probes, transitions, policy (see lib.lua)
 -- ARGV: 1-7 see lib.lua; 8 the generation of the pushed-back call
 --   (decimal), 9 the open period ms (capped by the caller), 10 reason
 -- Reply: see reply in lib.lua, then 1 if the push was stale, else 0.

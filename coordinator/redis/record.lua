@@ -1,16 +1,30 @@
 -- record.lua: Record. Runs after lib.lua.
 --
--- KEYS: state, window, probes, transitions (see lib.lua)
+-- KEYS: state, window, probes, transitions, policy (see lib.lua)
 -- ARGV: 1-7 see lib.lua; 8 min calls, 9 failure permille (0 = off),
 --   10 slow permille (0 = off), 11 consecutive failures (0 = off),
 --   12 open for ms, 13 batch ID ('' = none), 14 how many batch IDs to
---   remember, then from 15 on three values per run of equal outcomes, in
---   order: their generation (decimal), flags (1 = failure, 2 = slow, 3 =
---   both, 4 = throttled: a request the caller rejected itself, no call)
---   and how many
+--   remember, 15 the fingerprint of the Record's policy
+--   (Policy.Fingerprint), 16 its source (coordinator.PolicySource, decimal),
+--   17 its encoding (Policy.Encode), 18 how many policies to remember
+--   (coordinator.RecentPolicies), then from 19 on three values per run of
+--   equal outcomes, in order: their generation (decimal), flags (1 =
+--   failure, 2 = slow, 3 = both, 4 = throttled: a request the caller
+--   rejected itself, no call) and how many
 -- Reply: see reply in lib.lua, then the number of stale outcomes; after a
 --   Record that counted outcomes and did not trip, then the window's
 --   calls, failures, slow calls and throttled requests.
+--
+-- Every Record carries its policy (Snapshot.Policies), stale or not,
+-- whatever the breaker's state, once begin has the scope born: the
+-- policies tell what the replicas run, not what was counted.
+--
+-- The window stores the layout it is written with (width, buckets). A
+-- Record under another layout that counts outcomes first re-lays it: the
+-- counts of the buckets live under the stored layout move into the
+-- current bucket of this one, so that none is lost or counted twice and
+-- the ratios stay, and leave one window of this layout later; generation
+-- and the run of failures stay.
 local MIN_CALLS = tonumber(ARGV[8])
 local FAILURE_PERMILLE = tonumber(ARGV[9])
 local SLOW_PERMILLE = tonumber(ARGV[10])
@@ -18,10 +32,23 @@ local CONSECUTIVE_FAILURES = tonumber(ARGV[11])
 local OPEN_FOR = tonumber(ARGV[12])
 local BATCH = ARGV[13]
 local RECENT_BATCHES = tonumber(ARGV[14])
-local OUTCOMES = 15 -- the first outcome's ARGV
+local FINGERPRINT = ARGV[15]
+local SOURCE = ARGV[16]
+local ENCODING = ARGV[17]
+local RECENT_POLICIES = tonumber(ARGV[18])
+local OUTCOMES = 19 -- the first outcome's ARGV
 
 WITH_BATCHES = true
 local s = begin()
+-- One HSET per Record; only a new fingerprint prunes: the policies a
+-- window old, and all but the newest RECENT_POLICIES.
+if redis.call('HSET', KEY_STATE, 'policy:' .. FINGERPRINT, int(NOW) .. ' ' .. SOURCE .. ' ' .. ENCODING) == 1 then
+  local live, old = seen_policies(NOW - WIDTH * BUCKETS)
+  for i = RECENT_POLICIES + 1, #live do
+    old[#old + 1] = 'policy:' .. live[i].fingerprint
+  end
+  hdel(KEY_STATE, old)
+end
 -- Disabled counts outcomes, for people to see, and never trips. A newborn
 -- scope remembers no batch. The batch IDs are kept in the state hash, each
 -- followed by a NUL byte.
@@ -52,6 +79,8 @@ end
 local calls, failures, slow = 0, 0, 0
 local other_calls, other_failures, other_slow = 0, 0, 0
 local head, relabel = IDX, true
+-- laid: the window stores this Record's layout already.
+local laid = false
 -- gone: the buckets that left the window since head, subtracted from the
 -- totals above and deleted with the save below. A Record that counts
 -- nothing writes nothing: deleting them without saving the totals would
@@ -78,12 +107,22 @@ end
 
 if not s.newborn then
   local v = redis.call('HMGET', KEY_WINDOW, 'generation', 'head', 'calls', 'failures', 'slow', int(IDX),
-    'throttled', 'throttled_head', 'throttled:' .. int(IDX))
+    'throttled', 'throttled_head', 'throttled:' .. int(IDX), 'width', 'buckets')
   if v[1] == int(s.generation) then
     relabel = false
     tv = v
     head = tonumber(v[2])
-    if not head then
+    laid = v[10] == int(WIDTH) and v[11] == int(BUCKETS)
+    if v[10] and not laid then
+      -- Written with another layout: its live buckets, read with it, make
+      -- the current bucket of this one, in a window started afresh. A
+      -- window with no layout stored was written with this one.
+      local w = window(s)
+      calls, failures, slow = w.current.calls + w.others.calls, w.current.failures + w.others.failures,
+        w.current.slow + w.others.slow
+      throttled = w.throttled
+      relabel, tv, head = true, false, IDX
+    elseif not head then
       -- Written without totals: sum the buckets once.
       local w = window(s)
       gone = w.dead
@@ -238,6 +277,9 @@ if not tr then
   hdel(KEY_WINDOW, gone)
   redis.call('HSET', KEY_WINDOW, int(IDX), string.format('%d %d %d', calls, failures, slow), 'head', int(head),
     'calls', int(other_calls + calls), 'failures', int(other_failures + failures), 'slow', int(other_slow + slow))
+  if relabel or not laid then
+    redis.call('HSET', KEY_WINDOW, 'width', int(WIDTH), 'buckets', int(BUCKETS))
+  end
   hdel(KEY_WINDOW, throttled_gone)
   if throttled > 0 then
     redis.call('HSET', KEY_WINDOW, 'throttled:' .. int(IDX), int(throttled),

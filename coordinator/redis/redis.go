@@ -255,12 +255,13 @@ func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Pol
 	}
 	var r replyReader
 	d := coordinator.Decision{
-		Verdict:    coordinator.Verdict(r.int(a.rest, 0)),
-		State:      a.state,
-		Generation: a.generation,
-		RetryAfter: a.retryAfter,
-		RampLeft:   a.rampLeft,
-		Transition: a.transition,
+		Verdict:       coordinator.Verdict(r.int(a.rest, 0)),
+		State:         a.state,
+		Generation:    a.generation,
+		RetryAfter:    a.retryAfter,
+		RampLeft:      a.rampLeft,
+		Transition:    a.transition,
+		PolicyVersion: a.policyVersion,
 	}
 	if r.err != nil {
 		return coordinator.Decision{}, opError("admit", scope, r.err)
@@ -274,9 +275,10 @@ func (c *Coordinator) Record(ctx context.Context, scope string, p coordinator.Po
 	// Runs of equal outcomes go as one: a replica's batch is mostly
 	// successes of one generation, and record.lua counts a run of them at
 	// once.
-	args := make([]any, 0, 7+3*4)
+	args := make([]any, 0, 11+3*4)
 	args = append(args, p.MinCalls, coordinator.Permille(p.FailureRatio), coordinator.Permille(p.SlowCallRatio),
-		p.ConsecutiveFailures, p.OpenFor.Milliseconds(), coordinator.BatchID(ctx), coordinator.RecentBatches)
+		p.ConsecutiveFailures, p.OpenFor.Milliseconds(), coordinator.BatchID(ctx), coordinator.RecentBatches,
+		p.Fingerprint(), int(coordinator.PolicySourceOf(ctx)), p.Encode(), coordinator.RecentPolicies)
 	for i := 0; i < len(outcomes); {
 		gen, flags := outcomes[i].Generation, outcomeFlags(p, outcomes[i])
 		n := 1
@@ -328,12 +330,13 @@ func (c *Coordinator) result(ctx context.Context, rdb goredis.Scripter, s *gored
 	}
 	var r replyReader
 	res := coordinator.Result{
-		State:      a.state,
-		Generation: a.generation,
-		Stale:      int(r.int(a.rest, 0)),
-		RetryAfter: a.retryAfter,
-		RampLeft:   a.rampLeft,
-		Transition: a.transition,
+		State:         a.state,
+		Generation:    a.generation,
+		Stale:         int(r.int(a.rest, 0)),
+		RetryAfter:    a.retryAfter,
+		RampLeft:      a.rampLeft,
+		Transition:    a.transition,
+		PolicyVersion: a.policyVersion,
 	}
 	if len(a.rest) > 1 {
 		// A Record that counted: the window's counts.
@@ -373,6 +376,7 @@ func (c *Coordinator) Snapshot(ctx context.Context, scope string, p coordinator.
 		s.ForcedAt = unixMilli(at)
 	}
 	s.Throttled = int(r.int(a.rest, 18))
+	s.Policies = seenPolicies(&r, a.rest[min(19, len(a.rest)):])
 	if at := r.int(a.rest, 12); at != 0 {
 		s.LastTrip = coordinator.Trip{At: unixMilli(at), Reason: r.str(a.rest, 13), Generation: r.uint(a.rest, 14),
 			Calls: int(r.int(a.rest, 15)), Failures: int(r.int(a.rest, 16)), Slow: int(r.int(a.rest, 17))}

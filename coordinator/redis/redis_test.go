@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -146,7 +147,7 @@ func TestPrefixKeepsDeploymentsApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s != (coordinator.Snapshot{Scope: "s"}) {
+	if !reflect.DeepEqual(s, coordinator.Snapshot{Scope: "s"}) {
 		t.Fatalf("prefix b: %+v, want a scope not born: a's trip leaked", s)
 	}
 	if len(scopeKeys(t, rdb, "a:")) == 0 {
@@ -306,7 +307,7 @@ func TestClosedAdmitWritesNothing(t *testing.T) {
 				t.Fatalf("Admit %q = %+v, %v", scope, d, err)
 			}
 		}
-		if s, err := c.Snapshot(ctx, "never seen", p); err != nil || s != (coordinator.Snapshot{Scope: "never seen"}) {
+		if s, err := c.Snapshot(ctx, "never seen", p); err != nil || !reflect.DeepEqual(s, coordinator.Snapshot{Scope: "never seen"}) {
 			t.Fatalf("Snapshot of a scope never seen = %+v, %v; want it not born", s, err)
 		}
 	}

@@ -15,22 +15,25 @@ type answer struct {
 	generation uint64
 	retryAfter time.Duration
 	rampLeft   time.Duration
-	transition *coordinator.Transition
-	rest       []any
+	// policyVersion is the version of the scope's override (policy.go).
+	policyVersion uint64
+	transition    *coordinator.Transition
+	rest          []any
 }
 
 // shared is how many values of a reply answer reads:
 // {state, generation, retry after ms, now, from, to, generation after,
-// open until, reason, ramp left ms}.
-const shared = 10
+// open until, reason, ramp left ms, policy version}.
+const shared = 11
 
 func readAnswer(reply []any, scope string) (answer, error) {
 	var r replyReader
 	a := answer{
-		state:      coordinator.State(r.int(reply, 0)),
-		generation: r.uint(reply, 1),
-		retryAfter: time.Duration(r.int(reply, 2)) * time.Millisecond,
-		rampLeft:   time.Duration(r.int(reply, 9)) * time.Millisecond,
+		state:         coordinator.State(r.int(reply, 0)),
+		generation:    r.uint(reply, 1),
+		retryAfter:    time.Duration(r.int(reply, 2)) * time.Millisecond,
+		rampLeft:      time.Duration(r.int(reply, 9)) * time.Millisecond,
+		policyVersion: r.uint(reply, 10),
 	}
 	now, from := r.int(reply, 3), r.int(reply, 4)
 	if from >= 0 {

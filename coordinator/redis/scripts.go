@@ -23,6 +23,8 @@ var (
 	controlLua string
 	//go:embed push.lua
 	pushLua string
+	//go:embed policy.lua
+	policyLua string
 
 	// A Redis Cluster gets sharded pub/sub, which stays on the shard that
 	// owns the scope's slot instead of flooding every node; a single
@@ -33,6 +35,8 @@ var (
 
 type scripts struct {
 	admit, record, settle, snapshot, control, push *goredis.Script
+	// policy needs none of lib.lua.
+	policy *goredis.Script
 }
 
 func newScripts(publish string) *scripts {
@@ -44,5 +48,6 @@ func newScripts(publish string) *scripts {
 		snapshot: goredis.NewScript(lib + snapshotLua),
 		control:  goredis.NewScript(lib + controlLua),
 		push:     goredis.NewScript(lib + pushLua),
+		policy:   goredis.NewScript("local PUBLISH = '" + publish + "'\n" + policyLua),
 	}
 }

@@ -1,6 +1,6 @@
 -- settle.lua: Settle. Runs after lib.lua.
 --
--- KEYS: state, window, probes, transitions (see lib.lua)
+-- KEYS: state, window, probes, transitions, policy (see lib.lua)
 -- ARGV: 1-7 see lib.lua; 8 claim, 9 the probe's generation (decimal),
 --   10 1 if the probe failed (an error or too slow) else 0, 11 open for ms,
 --   12 max open for ms (0 = no back-off), 13 probe successes needed

@@ -67,8 +67,12 @@ type watch struct {
 	nodes   map[string]string        // channel -> node of the subscription it is on
 	subs    map[string]*sub          // node address ("" on a single server) -> its subscription
 	pending map[string]chan struct{} // channel -> closed when Redis confirms the subscription
-	err     error                    // why life ended
-	wg      sync.WaitGroup
+	// policies hears the changes of overrides, once FollowPolicies set
+	// it; fleet is the channel of the fleet default's.
+	policies func(coordinator.PolicyChange)
+	fleet    string
+	err      error // why life ended
+	wg       sync.WaitGroup
 }
 
 // sub is one subscription: a connection to one node, which carries the
@@ -279,6 +283,13 @@ func (w *watch) read(s *sub) {
 				heard = time.Now()
 				continue
 			}
+			if version, ok := strings.CutPrefix(m.Payload, "policy "); ok {
+				if err := w.policyChanged(m.Channel, version); err != nil {
+					w.fail(err)
+					return
+				}
+				continue
+			}
 			waited := time.Now()
 			select {
 			case w.msgs <- m:
@@ -297,6 +308,53 @@ func (w *watch) read(s *sub) {
 			}
 		}
 	}
+}
+
+var _ coordinator.PolicyWatch = (*watch)(nil)
+
+// FollowPolicies implements [coordinator.PolicyWatch]: it subscribes to
+// the fleet default's channel as well (policy.lua publishes a scope's
+// changes on its transitions channel), and f runs on the goroutine that
+// reads the subscription of the node that published the change.
+func (w *watch) FollowPolicies(ctx context.Context, f func(coordinator.PolicyChange)) error {
+	w.following.Lock()
+	defer w.following.Unlock()
+	if err := w.failed(); err != nil {
+		return err
+	}
+	_, fleet := fleetKeys(w.c.prefix)
+	w.mu.Lock()
+	w.policies, w.fleet = f, fleet
+	w.mu.Unlock()
+	if err := w.subscribe(ctx, fleet); err != nil {
+		return fmt.Errorf("redis coordinator: watch the fleet default: %w", err)
+	}
+	return nil
+}
+
+// policyChanged hands a change published on ch ("policy <version>") to
+// the follower of policies, if the Watch follows ch's scope or ch is the
+// fleet default's.
+func (w *watch) policyChanged(ch, version string) error {
+	w.mu.Lock()
+	f, scope, followed := w.policies, "", ch == w.fleet
+	if !followed {
+		scope, followed = w.scopes[ch]
+	}
+	w.mu.Unlock()
+	if f == nil || !followed {
+		return nil
+	}
+	v, err := strconv.ParseUint(version, 10, 64)
+	if err != nil {
+		return fmt.Errorf("redis coordinator: watch: malformed policy change %q: %w", version, coordinator.ErrFeedLost)
+	}
+	t := coordinator.FleetDefault
+	if ch != w.fleet {
+		t = coordinator.ScopeTarget(scope)
+	}
+	f(coordinator.PolicyChange{Target: t, Version: v})
+	return nil
 }
 
 // confirmed takes Redis's word on a change of s's channels: it wakes up

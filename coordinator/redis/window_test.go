@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
@@ -18,12 +20,7 @@ import (
 // summed once, and the rules see every live bucket.
 func TestWindowTotalsRebuiltFromBuckets(t *testing.T) {
 	ctx := context.Background()
-	rdb := redistest.Start(t).Client(t)
-	clock := coordinatortest.NewClock()
-	c := cbredis.New(rdb, cbredis.WithClock(clock.Now))
-	p := coordinator.Policy{Window: 10 * time.Second, Buckets: 10, MinCalls: 10, FailureRatio: 0.5,
-		OpenFor: time.Second, Probes: 1, ProbeLease: time.Second, ProbeSuccesses: 1}
-	gen := born(t, c, "s", p)
+	rdb, clock, c, p, gen := windowScope(t)
 	for range 4 { // 4 buckets, 2 outcomes each: 4 failures of 8
 		if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: gen, Failure: true}, {Generation: gen}}); err != nil {
 			t.Fatal(err)
@@ -101,4 +98,47 @@ func TestThrottledKeptBesideTheBuckets(t *testing.T) {
 	if n := throttledFields(); n != 0 {
 		t.Errorf("%d throttled fields left; want none once no throttled request is in the window", n)
 	}
+}
+
+// TestWindowWithoutLayoutIsTheRecordsOwn: a window that stores no layout
+// (written by an earlier release of layout v2) is taken as written with
+// the layout of the Record that finds it, which stores it: nothing is
+// re-laid, and its buckets leave the window one by one.
+func TestWindowWithoutLayoutIsTheRecordsOwn(t *testing.T) {
+	ctx := context.Background()
+	rdb, clock, c, p, gen := windowScope(t)
+	if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: gen, Failure: true}, {Generation: gen}}); err != nil {
+		t.Fatal(err)
+	}
+	var window string
+	for _, k := range scopeKeys(t, rdb, cbredis.DefaultPrefix) {
+		if strings.HasSuffix(k, ":window") {
+			window = k
+		}
+	}
+	if n := rdb.HDel(ctx, window, "width", "buckets").Val(); n != 2 {
+		t.Fatalf("HDEL of the layout removed %d fields; want 2: the layout has changed", n)
+	}
+	clock.Advance(time.Second)
+	if res, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: gen}}); err != nil || res.Calls != 3 || res.Failures != 1 {
+		t.Fatalf("a Record a bucket later: %+v, %v; want 3 calls, 1 failure", res, err)
+	}
+	if got := rdb.HMGet(ctx, window, "width", "buckets").Val(); got[0] != "1000" || got[1] != "10" {
+		t.Errorf("layout stored after the Record: %v; want [1000 10]", got)
+	}
+	clock.Advance(9 * time.Second) // the first bucket leaves, the second stays
+	if s, err := c.Snapshot(ctx, "s", p); err != nil || s.Calls != 1 || s.Failures != 0 {
+		t.Fatalf("Snapshot once the first bucket has left: %+v, %v; want the second bucket's call alone", s, err)
+	}
+}
+
+// windowScope starts a redis-server and gives birth to scope "s" under a
+// policy of ten 1s buckets, on a fake clock.
+func windowScope(t *testing.T) (*goredis.Client, *coordinatortest.Clock, *cbredis.Coordinator, coordinator.Policy, uint64) {
+	rdb := redistest.Start(t).Client(t)
+	clock := coordinatortest.NewClock()
+	c := cbredis.New(rdb, cbredis.WithClock(clock.Now))
+	p := coordinator.Policy{Window: 10 * time.Second, Buckets: 10, MinCalls: 10, FailureRatio: 0.5,
+		OpenFor: time.Second, Probes: 1, ProbeLease: time.Second, ProbeSuccesses: 1}
+	return rdb, clock, c, p, born(t, c, "s", p)
 }

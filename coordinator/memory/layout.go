@@ -1,0 +1,48 @@
+package memory
+
+// The window keeps the layout it was written with (bucket width and
+// count), so that a change of Policy.Window or Policy.Buckets neither
+// loses counts (a narrower bucket would place every written bucket out of
+// the window) nor keeps them too long (a wider one would place them in
+// the future), and so that a reader with another policy reads them right.
+
+// layout is the bucket width (ms) and count the window is read with: the
+// ones it was written with, or r's while nothing is written.
+func (b *breaker) layout(r *rules) (width, buckets int64) {
+	if b.width == 0 {
+		return r.width, r.buckets
+	}
+	return b.width, b.buckets
+}
+
+// relay makes r's layout the window's before an outcome is added. A
+// window written with another layout is re-laid: the counts of its live
+// buckets move into the current bucket of r's, so that none is lost or
+// counted twice and the ratios stay; they leave the window with that
+// bucket, one window of r later.
+func (b *breaker) relay(r *rules, now int64) {
+	if b.width == r.width && b.buckets == r.buckets {
+		return
+	}
+	if b.width != 0 {
+		sum := b.live(r, now)
+		b.window = map[int64]*bucket{now / r.width: &sum}
+	}
+	b.width, b.buckets = r.width, r.buckets
+}
+
+// live sums the buckets live at now, read with the window's layout.
+func (b *breaker) live(r *rules, now int64) bucket {
+	width, buckets := b.layout(r)
+	idx := now / width
+	var sum bucket
+	for i, bk := range b.window {
+		if i > idx-buckets && i <= idx {
+			sum.calls += bk.calls
+			sum.failures += bk.failures
+			sum.slow += bk.slow
+			sum.throttled += bk.throttled
+		}
+	}
+	return sum
+}

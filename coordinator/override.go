@@ -1,0 +1,254 @@
+package coordinator
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Override is a partial [Policy]: the fields an operator set, by their Go
+// names ("FailureRatio"), each as canonical text ("0.3", "30s"). It is
+// what [Controller.SetOverride] stores for one scope or for the fleet, and
+// what a Breaker lays over the policy its code passes. The zero Override
+// sets nothing.
+type Override map[string]string
+
+// policyField is one field of Policy as an override names and sets it.
+type policyField struct {
+	name string
+	kind byte // 'd' duration, 'i' int, 'f' float
+	get  func(*Policy) any
+}
+
+// policyFields are Policy's fields in declaration order: the order
+// overrides, encodings and fingerprints list them.
+var policyFields = []policyField{
+	{"Window", 'd', func(p *Policy) any { return &p.Window }},
+	{"Buckets", 'i', func(p *Policy) any { return &p.Buckets }},
+	{"MinCalls", 'i', func(p *Policy) any { return &p.MinCalls }},
+	{"FailureRatio", 'f', func(p *Policy) any { return &p.FailureRatio }},
+	{"ConsecutiveFailures", 'i', func(p *Policy) any { return &p.ConsecutiveFailures }},
+	{"SlowCallDuration", 'd', func(p *Policy) any { return &p.SlowCallDuration }},
+	{"SlowCallRatio", 'f', func(p *Policy) any { return &p.SlowCallRatio }},
+	{"OpenFor", 'd', func(p *Policy) any { return &p.OpenFor }},
+	{"MaxOpenFor", 'd', func(p *Policy) any { return &p.MaxOpenFor }},
+	{"Probes", 'i', func(p *Policy) any { return &p.Probes }},
+	{"ProbeLease", 'd', func(p *Policy) any { return &p.ProbeLease }},
+	{"ProbeSuccesses", 'i', func(p *Policy) any { return &p.ProbeSuccesses }},
+	{"RampFor", 'd', func(p *Policy) any { return &p.RampFor }},
+	{"Throttle", 'f', func(p *Policy) any { return &p.Throttle }},
+}
+
+// separators are what may part the words of a field's name. Built once:
+// a Replacer costs tens of microseconds to build, and Encode, which every
+// Record runs, looks up every field.
+var separators = strings.NewReplacer("_", "", "-", "")
+
+// fieldByName finds a field by its Go name, or by the same words in any
+// case with underscores or dashes: "failure_ratio", "open-for".
+func fieldByName(name string) (policyField, bool) {
+	key := separators.Replace(name)
+	for _, f := range policyFields {
+		if strings.EqualFold(f.name, key) {
+			return f, true
+		}
+	}
+	return policyField{}, false
+}
+
+// PolicyFields returns the names an [Override] may set, in the order of
+// [Policy]'s fields.
+func PolicyFields() []string {
+	names := make([]string, len(policyFields))
+	for i, f := range policyFields {
+		names[i] = f.name
+	}
+	return names
+}
+
+// ParseOverride reads assignments "field=value" ("failure_ratio=0.3",
+// "OpenFor=30s"): field names as [Override.Set] takes them. "field=" with
+// no value removes the field when the override is merged into another
+// ([Override.Merge]). An error names the assignment that is wrong and
+// wraps [ErrInvalidPolicy].
+func ParseOverride(assignments ...string) (Override, error) {
+	o := Override{}
+	for _, a := range assignments {
+		name, value, ok := strings.Cut(a, "=")
+		if !ok {
+			return nil, &PolicyError{Field: a, Reason: "is not field=value"}
+		}
+		if err := o.Set(name, value); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// Set sets one field of o, by its Go name or the same words in snake case,
+// to value in canonical form; an empty value marks the field for removal
+// by [Override.Merge]. An unknown field, or a value that is no duration,
+// integer or number as the field wants, is a [*PolicyError] naming it.
+// Whether the value works with the rest of the policy is for
+// [Override.Apply] to say.
+func (o Override) Set(name, value string) error {
+	f, ok := fieldByName(name)
+	if !ok {
+		return &PolicyError{Field: name, Reason: "is no field of a policy; the fields are " + strings.Join(PolicyFields(), ", ")}
+	}
+	value = strings.TrimSpace(value)
+	if value == "" {
+		o[f.name] = ""
+		return nil
+	}
+	var p Policy
+	if err := f.parse(&p, value); err != nil {
+		return err
+	}
+	o[f.name] = f.format(&p)
+	return nil
+}
+
+func (f policyField) parse(p *Policy, value string) error {
+	switch v := f.get(p).(type) {
+	case *time.Duration:
+		d, err := time.ParseDuration(value)
+		if err != nil {
+			return invalid(f.name, "must be a duration such as 30s or 1m, got %q", value)
+		}
+		*v = d
+	case *int:
+		n, err := strconv.Atoi(value)
+		if err != nil {
+			return invalid(f.name, "must be a whole number, got %q", value)
+		}
+		*v = n
+	case *float64:
+		x, err := strconv.ParseFloat(value, 64)
+		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+			return invalid(f.name, "must be a number such as 0.5, got %q", value)
+		}
+		*v = x
+	}
+	return nil
+}
+
+func (f policyField) format(p *Policy) string {
+	switch v := f.get(p).(type) {
+	case *time.Duration:
+		return v.String()
+	case *int:
+		return strconv.Itoa(*v)
+	case *float64:
+		return strconv.FormatFloat(*v, 'g', -1, 64)
+	}
+	return ""
+}
+
+// Merge returns o with the fields of next laid over it; a field next marks
+// for removal (an empty value) is removed. Neither o nor next changes.
+func (o Override) Merge(next Override) Override {
+	m := make(Override, len(o)+len(next))
+	for k, v := range o {
+		m[k] = v
+	}
+	for k, v := range next {
+		if v == "" {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// Apply returns p with o's fields set, and validates the result as
+// [Policy.Validate] does: the error names the field that does not work,
+// which may be one o does not set ("MaxOpenFor must be greater than
+// OpenFor").
+func (o Override) Apply(p Policy) (Policy, error) {
+	for _, f := range policyFields {
+		v, ok := o[f.name]
+		if !ok || v == "" {
+			continue
+		}
+		if err := f.parse(&p, v); err != nil {
+			return p, err
+		}
+	}
+	for name := range o {
+		if _, ok := fieldByName(name); !ok {
+			return p, &PolicyError{Field: name, Reason: "is no field of a policy"}
+		}
+	}
+	return p, p.Validate()
+}
+
+// String lists o's fields in the order of Policy's, "Field=value"
+// separated by spaces; "" when o sets nothing.
+func (o Override) String() string {
+	var b strings.Builder
+	for _, f := range policyFields {
+		if v, ok := o[f.name]; ok {
+			if b.Len() > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(f.name + "=" + v)
+		}
+	}
+	var unknown []string
+	for name := range o {
+		if _, ok := fieldByName(name); !ok {
+			unknown = append(unknown, name+"="+o[name])
+		}
+	}
+	sort.Strings(unknown)
+	for _, u := range unknown {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(u)
+	}
+	return b.String()
+}
+
+// Encode writes every field of p as an [Override] would: the form in which
+// a coordinator stores the policies Records carried (Snapshot.Policies),
+// and what [Policy.Fingerprint] digests.
+func (p Policy) Encode() string {
+	o := make(Override, len(policyFields))
+	for _, f := range policyFields {
+		o[f.name] = f.format(&p)
+	}
+	return o.String()
+}
+
+// DecodePolicy reads what [Policy.Encode] wrote. It does not validate: a
+// stored policy is reported as it was.
+func DecodePolicy(s string) (Policy, error) {
+	var p Policy
+	for _, a := range strings.Fields(s) {
+		name, value, _ := strings.Cut(a, "=")
+		f, ok := fieldByName(name)
+		if !ok {
+			return p, fmt.Errorf("%w: field %q of an encoded policy is unknown", ErrInvalidPolicy, name)
+		}
+		if err := f.parse(&p, value); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+// Fingerprint is a short digest of p, the same for equal policies in every
+// process: Records carry it, so that a coordinator can tell how many
+// different policies its replicas run (Snapshot.Policies).
+func (p Policy) Fingerprint() string {
+	sum := sha256.Sum256([]byte(p.Encode()))
+	return hex.EncodeToString(sum[:6])
+}

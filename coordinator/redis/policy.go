@@ -1,0 +1,176 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// A scope's override lives in its slot (keys.go, keyPolicy), so that every
+// script reads its version for the reply at the cost of one HGET; the
+// fleet default lives in a slot of its own (fleetKeys). Neither expires: a
+// reset keeps the hash with no override, so that versions keep growing.
+
+// policyTries bounds how often a change is read again after another
+// operator's change came in between; each try is two round trips.
+const policyTries = 8
+
+// SetOverride implements [coordinator.Controller] with policy.lua.
+func (c *Coordinator) SetOverride(ctx context.Context, t coordinator.Target, o coordinator.Override, n coordinator.Note) (coordinator.Overrides, error) {
+	return c.changeOverride(ctx, "set override", t, func(cur coordinator.Override) coordinator.Override { return cur.Merge(o) }, n)
+}
+
+// ResetOverride implements [coordinator.Controller].
+func (c *Coordinator) ResetOverride(ctx context.Context, t coordinator.Target, n coordinator.Note) (coordinator.Overrides, error) {
+	return c.changeOverride(ctx, "reset override", t, func(coordinator.Override) coordinator.Override { return nil }, n)
+}
+
+// changeOverride reads t's override, makes the change, checks it and has
+// policy.lua store it if nobody changed it meanwhile, else tries again.
+func (c *Coordinator) changeOverride(ctx context.Context, op string, t coordinator.Target, change func(coordinator.Override) coordinator.Override, n coordinator.Note) (coordinator.Overrides, error) {
+	fail := func(err error) (coordinator.Overrides, error) {
+		return coordinator.Overrides{}, fmt.Errorf("redis coordinator: %s of %v: %w", op, t, err)
+	}
+	if err := n.Validate("override"); err != nil {
+		return fail(err)
+	}
+	key, channel := c.policyKeys(t)
+	// The change and WAIT go on one connection, as for control.
+	var rdb goredis.Scripter = c.client
+	conn, err := c.masterConn(ctx, key)
+	if err != nil {
+		return fail(err)
+	}
+	if conn != nil {
+		defer conn.Close()
+		rdb = conn
+	}
+	for range policyTries {
+		cur, err := c.readOverrides(ctx, t)
+		if err != nil {
+			return fail(err)
+		}
+		mine := &cur.Scope
+		if t.Fleet {
+			mine = &cur.Fleet
+		}
+		next := change(mine.Override)
+		if err := coordinator.CheckOverride(t, next, cur.Fleet.Override); err != nil {
+			return fail(err)
+		}
+		now := ""
+		if c.clock != nil {
+			now = strconv.FormatInt(c.clock().UnixMilli(), 10)
+		}
+		reply, err := c.scripts.policy.Run(ctx, rdb, []string{key, channel},
+			now, strconv.FormatUint(mine.Version, 10), next.String(), n.By, n.Reason).Slice()
+		if err != nil {
+			return fail(err)
+		}
+		var r replyReader
+		outcome := r.int(reply, 0)
+		stored, err := readLayer(reply[1:])
+		if r.err != nil || err != nil {
+			return fail(errors.Join(r.err, err))
+		}
+		if outcome < 0 {
+			continue
+		}
+		*mine = stored
+		if outcome == 1 && conn != nil {
+			if cur.Replicas, err = c.waitForReplicas(ctx, conn); err != nil {
+				return fail(fmt.Errorf("done on the master, but waiting for its replicas failed: %w", err))
+			}
+		}
+		return cur, nil
+	}
+	return fail(fmt.Errorf("changed by others %d times while this change was being made; try again", policyTries))
+}
+
+// policyKeys are t's policy hash and the channel its changes go out on.
+func (c *Coordinator) policyKeys(t coordinator.Target) (key, channel string) {
+	if t.Fleet {
+		return fleetKeys(c.prefix)
+	}
+	k := scopeKeys(c.prefix, t.Scope)
+	return k[keyPolicy], k[keyChannel]
+}
+
+// Overrides implements [coordinator.Controller]: the fleet default and the
+// scope's override, two reads (they live in different slots).
+func (c *Coordinator) Overrides(ctx context.Context, scope string) (coordinator.Overrides, error) {
+	o, err := c.readOverrides(ctx, coordinator.ScopeTarget(scope))
+	if err != nil {
+		return coordinator.Overrides{}, fmt.Errorf("redis coordinator: overrides of %s: %w", abbreviate(scope), err)
+	}
+	return o, nil
+}
+
+// readOverrides reads the fleet default and, unless t is the fleet
+// default, t's scope's override.
+func (c *Coordinator) readOverrides(ctx context.Context, t coordinator.Target) (coordinator.Overrides, error) {
+	var o coordinator.Overrides
+	fleet, _ := fleetKeys(c.prefix)
+	targets := []struct {
+		key   string
+		layer *coordinator.PolicyLayer
+	}{{fleet, &o.Fleet}}
+	if !t.Fleet {
+		key, _ := c.policyKeys(t)
+		targets = append(targets, struct {
+			key   string
+			layer *coordinator.PolicyLayer
+		}{key, &o.Scope})
+	}
+	for _, tg := range targets {
+		v, err := c.client.HMGet(ctx, tg.key, "override", "version", "by", "reason", "at").Result()
+		if err != nil {
+			return o, err
+		}
+		vals := make([]any, len(v))
+		for i, x := range v {
+			if x == nil {
+				x = ""
+			}
+			vals[i] = x
+		}
+		if vals[1] == "" {
+			vals[1], vals[4] = "0", "0"
+		}
+		if *tg.layer, err = readLayer(vals); err != nil {
+			return o, fmt.Errorf("%w: %s: %w", coordinator.ErrCorruptState, tg.key, err)
+		}
+	}
+	return o, nil
+}
+
+// readLayer reads {override, version, by, reason, at ms} as policy.lua
+// and HMGET give them.
+func readLayer(v []any) (coordinator.PolicyLayer, error) {
+	var r replyReader
+	text, by, reason := r.str(v, 0), r.str(v, 2), r.str(v, 3)
+	version, err1 := strconv.ParseUint(r.str(v, 1), 10, 64)
+	at, err2 := strconv.ParseInt(r.str(v, 4), 10, 64)
+	if err := errors.Join(r.err, err1, err2); err != nil {
+		return coordinator.PolicyLayer{}, fmt.Errorf("%w: policy layer %q", errReply, v)
+	}
+	o, err := coordinator.ParseOverride(strings.Fields(text)...)
+	if err != nil {
+		return coordinator.PolicyLayer{}, err
+	}
+	if len(o) == 0 {
+		o = nil
+	}
+	l := coordinator.PolicyLayer{Override: o, Version: version, By: by, Reason: reason}
+	if at != 0 {
+		l.At = time.UnixMilli(at)
+	}
+	return l, nil
+}
