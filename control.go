@@ -64,7 +64,7 @@ func (b *Breaker) control(ctx context.Context, scope, op string, n coordinator.N
 	_, err := b.roundTrip(ctx, trip{op: op, scope: scope, timeout: operatorTimeout, wg: &b.admits},
 		func(ctx context.Context) (answer, error) {
 			var err error
-			res, err = f(ctl, ctx, scope, b.cfg.policy, n)
+			res, err = f(ctl, ctx, scope, b.known.policyOf(scope).p, n)
 			return resulted(res), err
 		})
 	return res, err

@@ -26,8 +26,9 @@ type feed struct {
 	k    *knowledge
 	tell func(coordinator.Transition) // every transition, after the table learned it
 	lost func(error)                  // a connection could not be opened, or broke
-	// rampFor is the policy's ramp, which a recovery heard starts.
-	rampFor time.Duration
+	// share hears the changes of overrides; nil when the coordinator
+	// stores none.
+	share *sharing
 	// epochs numbers the connections, from 1; only run touches it.
 	epochs uint64
 	// closing counts the connections being closed: closing one may wait
@@ -73,6 +74,19 @@ func (f *feed) serve(ctx context.Context) {
 			watch.Close()
 		}()
 	}()
+	if f.share != nil {
+		pw, ok := watch.(coordinator.PolicyWatch)
+		if !ok {
+			f.share.poll.Store(true)
+		} else if err := pw.FollowPolicies(ctx, f.share.heard); err != nil {
+			if ctx.Err() == nil {
+				f.lost(err)
+			}
+			return
+		}
+		// What changed while no connection listened was not heard.
+		f.share.fleetChanged()
+	}
 	f.epochs++
 	epoch := f.epochs
 	if scopes := f.k.all(); len(scopes) > 0 {
@@ -106,7 +120,8 @@ func (f *feed) serve(ctx context.Context) {
 			}
 			return
 		}
-		f.k.learn(epoch, t.Scope, heard(t, f.rampFor), time.Now())
+		// A recovery heard starts the ramp of the scope's policy.
+		f.k.learn(epoch, t.Scope, heard(t, f.k.policyOf(t.Scope).p.RampFor), time.Now())
 		f.tell(t)
 	}
 }

@@ -22,13 +22,24 @@ var ErrNoLister = errors.New("cbgrpc: the coordinator cannot list its scopes")
 func (b *Breaker) Snapshot(ctx context.Context, scope string) (coordinator.Snapshot, error) {
 	var s coordinator.Snapshot
 	err := b.inspect(ctx, "snapshot", scope, func(ctx context.Context) (err error) {
-		s, err = b.c.Snapshot(ctx, scope, b.cfg.policy)
+		s, err = b.c.Snapshot(ctx, scope, b.known.policyOf(scope).p)
 		return err
 	})
 	if err != nil {
 		return coordinator.Snapshot{}, fmt.Errorf("cbgrpc: snapshot %q: %w", scope, err)
 	}
 	return s, nil
+}
+
+// Policy returns the policy this Breaker runs scope on now, and where it
+// came from: the policy of [WithPolicy], laid under the fleet default and
+// the scope's own override when an operator set them in the coordinator
+// (see [coordinator.Controller].SetOverride). A scope this process has not
+// used lately runs on the code's policy under the fleet default until the
+// coordinator's first answer about it tells of an override of its own.
+func (b *Breaker) Policy(scope string) (coordinator.Policy, coordinator.PolicySource) {
+	f := b.known.policyOf(scope)
+	return f.p, f.src
 }
 
 // List asks the coordinator for a snapshot of every scope it holds state

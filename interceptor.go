@@ -78,7 +78,7 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 		// Without a feed nothing tells of a trip made elsewhere.
 		maxAge = 0
 	}
-	known := newKnowledge(maxAge, cfg.policy.Window)
+	known := newKnowledge(maxAge, cfg.policy.Window, cfg.policy)
 	tel, err := newTelemetry(&cfg, known)
 	if err != nil {
 		return nil, fmt.Errorf("cbgrpc: New: creating metric instruments: %w", err)
@@ -93,8 +93,13 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	b.stop = stop
 	b.goBackground(func() { b.forgetIdle(ctx) })
+	var share *sharing
+	if ctl, ok := c.(coordinator.Controller); ok {
+		share = newSharing(ctl, known, cfg.policy, maxAge == 0)
+		b.goBackground(func() { share.run(ctx) })
+	}
 	if maxAge > 0 {
-		f := &feed{w: w, k: b.known, tell: b.notify.tell, lost: func(err error) { b.tel.feedLost(ctx, err) }, rampFor: b.cfg.policy.RampFor}
+		f := &feed{w: w, k: b.known, share: share, tell: b.notify.tell, lost: func(err error) { b.tel.feedLost(ctx, err) }}
 		b.goBackground(func() { f.run(ctx) })
 	}
 	b.warmUp()
@@ -285,11 +290,12 @@ func (b *Breaker) admit(ctx context.Context, scope, method string) (ticket, erro
 		return b.decideWithout(ctx, c, nil)
 	}
 	claim := b.ids.next()
+	pol := b.known.policyIn(f)
 	var d coordinator.Decision
 	_, err := b.roundTrip(ctx, trip{op: "admit", scope: scope, timeout: b.cfg.timeout, wg: &b.admits, admission: true},
 		func(ctx context.Context) (answer, error) {
 			var err error
-			d, err = b.c.Admit(ctx, scope, b.cfg.policy, claim)
+			d, err = b.c.Admit(ctx, scope, pol.p, claim)
 			return decided(d), err
 		})
 	if err != nil {
@@ -300,13 +306,13 @@ func (b *Breaker) admit(ctx context.Context, scope, method string) (ticket, erro
 		return b.decideWithout(ctx, c, err)
 	}
 	if d.Verdict == coordinator.Allow && d.State == coordinator.StateClosed {
-		if e := b.ramping(ctx, c, d.RampLeft); e != nil {
+		if e := b.ramping(ctx, c, d.RampLeft, pol.p); e != nil {
 			return ticket{}, e
 		}
 		// The window's counts of the generation admitted under, as the
 		// last Record said them.
 		if f.gen == d.Generation {
-			if e := b.throttling(ctx, c, f); e != nil {
+			if e := b.throttling(ctx, c, f, pol.p); e != nil {
 				return ticket{}, e
 			}
 		}
@@ -327,13 +333,14 @@ func (b *Breaker) admit(ctx context.Context, scope, method string) (ticket, erro
 // trip: the admission cache.
 func (b *Breaker) admitKnown(ctx context.Context, c call, f fact) (ticket, error) {
 	if admitsAll(f.state) {
+		p := b.known.policyIn(f).p
 		if f.state == coordinator.StateClosed && !f.rampEnd.IsZero() {
-			if e := b.ramping(ctx, c, f.rampEnd.Sub(c.start)); e != nil {
+			if e := b.ramping(ctx, c, f.rampEnd.Sub(c.start), p); e != nil {
 				return ticket{}, e
 			}
 		}
 		if f.state == coordinator.StateClosed {
-			if e := b.throttling(ctx, c, f); e != nil {
+			if e := b.throttling(ctx, c, f, p); e != nil {
 				return ticket{}, e
 			}
 		}

@@ -43,6 +43,14 @@ type knowledge struct {
 	follow   map[string]struct{}
 	unfollow []string
 	wake     chan struct{} // cap 1: the feed has work
+
+	// The shared policy (override.go): base is what every scope without
+	// an override of its own runs on, the code's policy under the fleet
+	// default; stale are the scopes whose override the coordinator says
+	// is another than the one they run on, for sharing to read.
+	base       atomic.Pointer[inForce]
+	stale      map[string]struct{}
+	policyWake chan struct{} // cap 1: sharing has work
 }
 
 // known is one scope's row of the table.
@@ -69,6 +77,9 @@ type fact struct {
 	// that counted said it, for adaptive throttling (throttle.go); answers
 	// that say nothing of it keep it within the generation.
 	window window
+	// policy is what the scope runs on once its override was read; nil:
+	// knowledge.base. Answers leave it as it is: sharing sets it.
+	policy *inForce
 }
 
 // admitsAll reports whether a state lets every call through: closed, or
@@ -79,9 +90,96 @@ func admitsAll(s coordinator.State) bool {
 
 // newKnowledge returns an empty table. maxAge 0 means there is no feed:
 // nothing is followed, and nothing answers admissions.
-func newKnowledge(maxAge, idle time.Duration) *knowledge {
-	return &knowledge{maxAge: maxAge, idle: idle, scopes: make(map[string]*known),
-		follow: make(map[string]struct{}), wake: make(chan struct{}, 1)}
+func newKnowledge(maxAge, idle time.Duration, code coordinator.Policy) *knowledge {
+	k := &knowledge{maxAge: maxAge, idle: idle, scopes: make(map[string]*known),
+		follow: make(map[string]struct{}), wake: make(chan struct{}, 1),
+		stale: make(map[string]struct{}), policyWake: make(chan struct{}, 1)}
+	k.base.Store(&inForce{p: code, src: coordinator.SourceCode})
+	return k
+}
+
+// policyIn is the policy of the scope f, what use returned, says.
+func (k *knowledge) policyIn(f fact) *inForce {
+	if f.policy != nil {
+		return f.policy
+	}
+	return k.base.Load()
+}
+
+// policyOf is the policy scope runs on.
+func (k *knowledge) policyOf(scope string) *inForce {
+	k.mu.RLock()
+	var f *inForce
+	if e := k.scopes[scope]; e != nil {
+		f = e.policy
+	}
+	k.mu.RUnlock()
+	if f != nil {
+		return f
+	}
+	return k.base.Load()
+}
+
+// saidPolicy takes the version of scope's override that the coordinator
+// said: if the scope runs on another, sharing is to read it.
+func (k *knowledge) saidPolicy(scope string, version uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if e := k.scopes[scope]; e != nil && e.policy.version() != version {
+		k.stale[scope] = struct{}{}
+		k.signalPolicies()
+	}
+}
+
+// stalePolicy has sharing read scope's override again: a read failed.
+func (k *knowledge) stalePolicy(scope string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.scopes[scope] != nil {
+		k.stale[scope] = struct{}{}
+	}
+}
+
+// stalePolicies hands sharing the scopes whose override it is to read.
+func (k *knowledge) stalePolicies() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	scopes := make([]string, 0, len(k.stale))
+	for s := range k.stale {
+		if k.scopes[s] != nil {
+			scopes = append(scopes, s)
+		}
+	}
+	clear(k.stale)
+	return scopes
+}
+
+// setPolicy makes scope run on p, unless it was forgotten meanwhile.
+func (k *knowledge) setPolicy(scope string, p *inForce) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if e := k.scopes[scope]; e != nil {
+		e.policy = p
+	}
+}
+
+// remake makes the policy of every scope that has one of its own again,
+// from its own layer: the fleet default changed.
+func (k *knowledge) remake(make func(coordinator.PolicyLayer) *inForce) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, e := range k.scopes {
+		if e.policy != nil {
+			e.policy = make(e.policy.layer)
+		}
+	}
+}
+
+func (k *knowledge) signalPolicies() {
+	select {
+	case k.policyWake <- struct{}{}:
+	default:
+	}
 }
 
 // use marks a call of scope at now and returns what is known of it. It is
@@ -212,12 +310,17 @@ func (k *knowledge) learn(epoch uint64, scope string, a answer, now time.Time) {
 		return
 	}
 	e := k.row(scope)
+	if a.saysPolicy && e.policy.version() != a.policyVersion {
+		k.stale[scope] = struct{}{}
+		k.signalPolicies()
+	}
 	if !newer(f, e.fact) {
 		return
 	}
 	if f.window == (window{}) && f.gen == e.gen {
 		f.window = e.window
 	}
+	f.policy = e.policy
 	e.fact = f
 }
 

@@ -36,7 +36,7 @@ func TestKnowledgeOrdersAnswersByGeneration(t *testing.T) {
 		{answer{state: closed, gen: 1 << 50}, answer{state: closed, gen: 1<<50 + 1}, true}, // born again above
 	} {
 		t.Run(fmt.Sprintf("%v@%d then %v@%d", c.old.state, c.old.gen, c.next.state, c.next.gen), func(t *testing.T) {
-			k := newKnowledge(time.Second, time.Minute)
+			k := newKnowledge(time.Second, time.Minute, coordinator.DefaultPolicy())
 			now := time.Now()
 			k.use("s", now)
 			k.learn(0, "s", c.old, now)
@@ -57,7 +57,7 @@ func TestKnowledgeOrdersAnswersByGeneration(t *testing.T) {
 // is what the table keeps, not OpenFor: a reopened breaker's doubled
 // period is rejected for as long as it runs.
 func TestKnowledgeKeepsTheOpenPeriodTheAnswerGives(t *testing.T) {
-	k := newKnowledge(time.Second, time.Minute)
+	k := newKnowledge(time.Second, time.Minute, coordinator.DefaultPolicy())
 	now := time.Now()
 	k.live.Store(1)
 	k.learn(1, "s", answer{state: open, gen: 7, retryAfter: 2 * time.Second}, now)
@@ -78,7 +78,7 @@ func TestKnowledgeKeepsTheOpenPeriodTheAnswerGives(t *testing.T) {
 // its scope before the question lives; one learned on a connection that
 // has died still says the scope is not closed, for outages.
 func TestKnowledgeTrustsOnlyTheLiveFeed(t *testing.T) {
-	k := newKnowledge(time.Second, time.Minute)
+	k := newKnowledge(time.Second, time.Minute, coordinator.DefaultPolicy())
 	now := time.Now()
 	k.use("s", now)
 	if epoch, _ := k.begin("s"); epoch != 0 {
@@ -117,7 +117,7 @@ func TestKnowledgeTrustsOnlyTheLiveFeed(t *testing.T) {
 // meanwhile keeps no row unless it says the scope is not closed, which an
 // outage must know until the open period ends.
 func TestKnowledgeRowsComeFromCalls(t *testing.T) {
-	k := newKnowledge(time.Second, time.Minute)
+	k := newKnowledge(time.Second, time.Minute, coordinator.DefaultPolicy())
 	now := time.Now()
 	k.learn(0, "closed", answer{state: closed, gen: 1}, now)
 	k.learn(0, "open", answer{state: open, gen: 2, retryAfter: time.Second}, now)
@@ -136,7 +136,7 @@ func TestKnowledgeRowsComeFromCalls(t *testing.T) {
 // the feed; one whose open period is still running is kept until it ends.
 func TestKnowledgeForgetsIdleScopes(t *testing.T) {
 	const idle = time.Minute
-	k := newKnowledge(time.Second, idle)
+	k := newKnowledge(time.Second, idle, coordinator.DefaultPolicy())
 	now := time.Now()
 	for _, s := range []string{"busy", "idle", "open"} {
 		k.use(s, now)
@@ -159,7 +159,7 @@ func TestKnowledgeForgetsIdleScopes(t *testing.T) {
 // A scope forgotten while the feed was following it goes back to be
 // unfollowed, so that no subscription outlives the table's row.
 func TestKnowledgeUnfollowsWhatWasForgottenWhileFollowing(t *testing.T) {
-	k := newKnowledge(time.Second, time.Minute)
+	k := newKnowledge(time.Second, time.Minute, coordinator.DefaultPolicy())
 	now := time.Now()
 	k.connected(1, nil)
 	k.use("s", now)
@@ -176,7 +176,7 @@ func TestKnowledgeUnfollowsWhatWasForgottenWhileFollowing(t *testing.T) {
 // open period that has ended reads half-open, and a scope of which
 // nothing is known yet has no state.
 func TestKnowledgeStatesAsOfNow(t *testing.T) {
-	k := newKnowledge(time.Second, time.Minute)
+	k := newKnowledge(time.Second, time.Minute, coordinator.DefaultPolicy())
 	now := time.Now()
 	for _, s := range []string{"open", "closed", "unknown"} {
 		k.use(s, now)
@@ -193,5 +193,42 @@ func TestKnowledgeStatesAsOfNow(t *testing.T) {
 	}
 	if got := states(now.Add(time.Second)); got["open"] != halfOpen {
 		t.Errorf("once the open period ended: %v; want half-open", got)
+	}
+}
+
+// The shared policy's part of the table: every coordinator answer says the
+// version of its scope's override, and a scope whose version differs from
+// the one it runs on goes to be read again, once; the feed's answers say
+// nothing of it; a new answer keeps the policy the scope runs on; and a
+// forgotten scope is read no more.
+func TestKnowledgeAsksForOverridesItDoesNotRunOn(t *testing.T) {
+	k := newKnowledge(time.Second, time.Minute, coordinator.DefaultPolicy())
+	now := time.Now()
+	k.use("s", now)
+	k.learn(0, "s", answer{state: closed, gen: 1, saysPolicy: true}, now)
+	if got := k.stalePolicies(); len(got) != 0 {
+		t.Fatalf("no override anywhere: %v to read; want none", got)
+	}
+	k.learn(0, "s", answer{state: closed, gen: 1, policyVersion: 7, saysPolicy: true}, now)
+	k.learn(0, "s", heard(coordinator.Transition{Scope: "s", To: open, Generation: 2}, 0), now)
+	k.learn(0, "s", answer{state: open, gen: 2, policyVersion: 7, saysPolicy: true}, now)
+	if got := k.stalePolicies(); !slices.Equal(got, []string{"s"}) {
+		t.Fatalf("an answer with version 7: %v to read; want [s]", got)
+	}
+	p := &inForce{p: coordinator.DefaultPolicy(), src: coordinator.SourceScope, layer: coordinator.PolicyLayer{Version: 7}}
+	k.setPolicy("s", p)
+	k.learn(0, "s", answer{state: open, gen: 3, policyVersion: 7, saysPolicy: true}, now)
+	if got := k.policyOf("s"); got != p || len(k.stalePolicies()) != 0 {
+		t.Errorf("after reading version 7 and a newer answer: runs on %+v; want it, and nothing to read", got)
+	}
+	k.saidPolicy("s", 8)
+	k.saidPolicy("never used", 8)
+	if got := k.stalePolicies(); !slices.Equal(got, []string{"s"}) {
+		t.Errorf("the feed told of version 8: %v to read; want [s] alone", got)
+	}
+	k.saidPolicy("s", 9)
+	k.forget(now.Add(time.Hour))
+	if got := k.stalePolicies(); len(got) != 0 || k.policyOf("s") != k.base.Load() {
+		t.Errorf("after forgetting s: %v to read, runs on %+v; want nothing, and the base", got, k.policyOf("s"))
 	}
 }

@@ -151,7 +151,7 @@ func (b *Breaker) pushedBack(ctx context.Context, t ticket, method string, err e
 		ctx := context.WithoutCancel(ctx)
 		b.roundTrip(ctx, trip{op: "push", scope: t.scope, timeout: pushTimeout, wg: &b.admits},
 			func(ctx context.Context) (answer, error) {
-				res, err := pusher.Push(ctx, t.scope, b.cfg.policy, t.gen, period, reason)
+				res, err := pusher.Push(ctx, t.scope, b.known.policyOf(t.scope).p, t.gen, period, reason)
 				return resulted(res), err
 			})
 	}()

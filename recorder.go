@@ -37,17 +37,18 @@ type batch struct {
 	callers  []trace.SpanContext
 	urgent   bool // holds a failure: send as soon as nothing is in flight
 	inflight bool // a Record of this scope is running
-	// calm: the last Record's answer left the scope calm (pace.go), so
-	// successes alone wait up to the calm interval, counted from since,
-	// when the oldest of them was taken.
-	calm  bool
-	since time.Time
+	// calmFor is, when the last Record's answer left the scope calm
+	// (pace.go), how long successes alone may wait, counted from since,
+	// when the oldest of them was taken: the calm interval of the scope's
+	// policy; 0 when not calm.
+	calmFor time.Duration
+	since   time.Time
 }
 
 // recordDone is what a Record tells the loop when it returns.
 type recordDone struct {
-	scope string
-	calm  bool
+	scope   string
+	calmFor time.Duration
 }
 
 // recorder delivers outcomes off the calls' path. Outcomes wait, per
@@ -73,10 +74,7 @@ type recorder struct {
 	wg sync.WaitGroup
 
 	batches map[string]*batch // owned by the loop
-	// calmEvery is how long the successes of a calm scope may wait
-	// (pace.go); the record interval bounds the rest.
-	calmEvery time.Duration
-	flushBy   time.Time // set by stop before quit is closed
+	flushBy time.Time         // set by stop before quit is closed
 
 	// waiting holds, per scope and in order, the outcomes and probe
 	// settlements added since the loop last took them: a call appends
@@ -96,15 +94,14 @@ type recorder struct {
 
 func newRecorder(b *Breaker) *recorder {
 	r := &recorder{
-		b:         b,
-		done:      make(chan recordDone),
-		quit:      make(chan struct{}),
-		stopped:   make(chan struct{}),
-		batches:   make(map[string]*batch),
-		calmEvery: calmInterval(b.cfg.recordInterval, b.cfg.policy),
-		waiting:   make(map[string][]item),
-		spare:     make(map[string][]item),
-		kick:      make(chan struct{}, 1),
+		b:       b,
+		done:    make(chan recordDone),
+		quit:    make(chan struct{}),
+		stopped: make(chan struct{}),
+		batches: make(map[string]*batch),
+		waiting: make(map[string][]item),
+		spare:   make(map[string][]item),
+		kick:    make(chan struct{}, 1),
 	}
 	r.wg.Add(1)
 	go r.loop()
@@ -205,7 +202,7 @@ func (r *recorder) loop() {
 				case len(bt.outcomes) > 0:
 					// since is the tick that took the oldest, which
 					// waited up to an interval before it.
-					if !bt.calm || now.Sub(bt.since)+r.b.cfg.recordInterval >= r.calmEvery {
+					if bt.calmFor == 0 || now.Sub(bt.since)+r.b.cfg.recordInterval >= bt.calmFor {
 						r.send(scope, bt)
 					}
 				default:
@@ -277,7 +274,7 @@ func (r *recorder) returned(rec recordDone) {
 	if bt == nil {
 		return
 	}
-	bt.inflight, bt.calm = false, rec.calm
+	bt.inflight, bt.calmFor = false, rec.calmFor
 	// The next batch takes everything of the scope that waited.
 	r.collect(scope)
 	r.ready(scope)
@@ -307,38 +304,42 @@ func (r *recorder) send(scope string, bt *batch) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		calm := r.record(scope, outcomes, callers)
+		calmFor := r.record(scope, outcomes, callers)
 		select {
-		case r.done <- recordDone{scope: scope, calm: calm}:
+		case r.done <- recordDone{scope: scope, calmFor: calmFor}:
 		case <-r.stopped:
 		}
 	}()
 }
 
-// record sends one batch and reports whether the answer left the scope
-// calm (pace.go).
-func (r *recorder) record(scope string, outcomes []coordinator.Outcome, callers []trace.SpanContext) bool {
+// record sends one batch and returns, if the answer left the scope calm
+// (pace.go), how long its successes may wait; 0 if not calm.
+func (r *recorder) record(scope string, outcomes []coordinator.Outcome, callers []trace.SpanContext) time.Duration {
 	b := r.b
 	if b.health.inBackoff() {
 		b.tel.drop(scope, dropBackoff, len(outcomes))
-		return false
+		return 0
 	}
 	// The same ID on the retry: a Record that did land before its answer
 	// was lost then counts once.
-	ctx := coordinator.WithBatchID(context.Background(), b.ids.next())
+	pol := b.known.policyOf(scope)
+	ctx := coordinator.WithPolicySource(coordinator.WithBatchID(context.Background(), b.ids.next()), pol.src)
 	cause := func(a answer) (trace.SpanContext, []trace.Link) {
-		return blame(outcomes, callers, a, b.cfg.policy)
+		return blame(outcomes, callers, a, pol.p)
 	}
 	a, err := b.roundTrip(ctx, trip{op: "record", scope: scope, timeout: b.cfg.timeout, wg: &r.wg, cause: cause},
 		func(ctx context.Context) (answer, error) {
-			res, err := b.c.Record(ctx, scope, b.cfg.policy, outcomes)
+			res, err := b.c.Record(ctx, scope, pol.p, outcomes)
 			return resulted(res), err
 		})
 	if err != nil {
 		b.tel.drop(scope, dropCoordinator, len(outcomes))
-		return false
+		return 0
 	}
-	return calm(b.cfg.policy, a)
+	if !calm(pol.p, a) {
+		return 0
+	}
+	return calmInterval(b.cfg.recordInterval, pol.p)
 }
 
 // settle reports a probe's outcome, in its own goroutine: probes are few
@@ -359,7 +360,7 @@ func (r *recorder) settle(it item) {
 		probe := func(answer) (trace.SpanContext, []trace.Link) { return it.caller, nil }
 		_, err := b.roundTrip(context.Background(), trip{op: "settle", scope: it.scope, timeout: b.cfg.timeout, wg: &r.wg, cause: probe},
 			func(ctx context.Context) (answer, error) {
-				res, err := b.c.Settle(ctx, it.scope, b.cfg.policy, it.claim, it.outcome)
+				res, err := b.c.Settle(ctx, it.scope, b.known.policyOf(it.scope).p, it.claim, it.outcome)
 				return resulted(res), err
 			})
 		if err != nil {

@@ -152,7 +152,7 @@ func TestRedisOneTripOneSpan(t *testing.T) {
 // through one Breaker over Redis, in ten waves of 10,000 with a 200ms
 // window: after each wave, once a window has passed without calls, what
 // the Breaker holds (its table, its feed's subscriptions on the server)
-// comes down to nothing, and its heap does not grow from wave to wave.
+// comes down to nothing (but the fleet default's channel), and its heap does not grow from wave to wave.
 // Memory is bounded by the scopes in use, not by every scope ever seen.
 func TestRedisMemoryBoundedByScopesInUse(t *testing.T) {
 	srv := redistest.Start(t)
@@ -216,12 +216,14 @@ func TestRedisMemoryBoundedByScopesInUse(t *testing.T) {
 		}
 		wg.Wait()
 		peakTable, peakSubs = max(peakTable, b.known.size()), max(peakSubs, subscriptions())
+		// The feed keeps following the fleet default's policy channel,
+		// with its heartbeat: two subscriptions whatever the scopes.
 		eventually(t, "every scope of the wave to be forgotten and unfollowed", func() bool {
-			return b.known.size() == 0 && subscriptions() == 0
+			return b.known.size() == 0 && subscriptions() <= 2
 		})
 		heaps = append(heaps, heap())
 	}
-	t.Logf("%d scopes in %d waves: at the end of a wave at most %d rows and %d subscriptions; both 0 a window later; heap after each wave %v KiB",
+	t.Logf("%d scopes in %d waves: at the end of a wave at most %d rows and %d subscriptions; no row and no scope subscription a window later; heap after each wave %v KiB",
 		waves*perWave, waves, peakTable, peakSubs, kib(heaps))
 	if peakTable > perWave {
 		t.Errorf("the table held %d rows; want at most the %d scopes of one wave", peakTable, perWave)

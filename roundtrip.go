@@ -23,6 +23,10 @@ type answer struct {
 	// window is what a Record that counted says of the fleet's window, to
 	// pace the next one by (pace.go) and to throttle by (throttle.go).
 	window window
+	// policyVersion is the version of the scope's override, when
+	// saysPolicy: every coordinator answer says it, the feed does not.
+	policyVersion uint64
+	saysPolicy    bool
 }
 
 // window is what a Record that counted says of the scope's shared window
@@ -32,12 +36,14 @@ type window struct {
 }
 
 func decided(d coordinator.Decision) answer {
-	return answer{state: d.State, gen: d.Generation, retryAfter: d.RetryAfter, rampLeft: d.RampLeft, transition: d.Transition}
+	return answer{state: d.State, gen: d.Generation, retryAfter: d.RetryAfter, rampLeft: d.RampLeft, transition: d.Transition,
+		policyVersion: d.PolicyVersion, saysPolicy: true}
 }
 
 func resulted(r coordinator.Result) answer {
 	return answer{state: r.State, gen: r.Generation, retryAfter: r.RetryAfter, rampLeft: r.RampLeft, transition: r.Transition, stale: r.Stale,
-		window: window{calls: r.Calls, failures: r.Failures, slow: r.Slow, throttled: r.Throttled}}
+		window:        window{calls: r.Calls, failures: r.Failures, slow: r.Slow, throttled: r.Throttled},
+		policyVersion: r.PolicyVersion, saysPolicy: true}
 }
 
 // heard is what a transition on the feed says. Its open period, and the

@@ -2,7 +2,7 @@ package cbfleet
 
 // Report is one line of a replica's output.
 type Report struct {
-	Event string `json:"event"` // "ready", "tick", "phase" (a phase ended), "closed"
+	Event string `json:"event"` // "ready", "tick", "phase" (a phase ended), "policy" (Policies changed), "closed"
 	ID    int    `json:"id"`
 	Phase string `json:"phase"`
 	MS    int64  `json:"ms"` // since the phase started
@@ -36,6 +36,10 @@ type Report struct {
 	CoordErrsBy map[string]int64 `json:"coordinator_errors_by,omitempty"`
 
 	Goroutines int `json:"goroutines"`
+
+	// Policies are what the Breaker runs each method's scope on, as
+	// "fingerprint source" (cbgrpc.Breaker.Policy).
+	Policies map[string]string `json:"policies,omitempty"`
 
 	CloseMS  int64  `json:"close_ms,omitempty"` // "closed": how long Breaker.Close took
 	CloseErr string `json:"close_error,omitempty"`

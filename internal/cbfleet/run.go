@@ -68,6 +68,7 @@ func Run(cfg Config, in io.Reader, out io.Writer) error {
 
 	r := &replica{
 		cfg:    cfg,
+		b:      b,
 		client: testgrpc.NewTestServiceClient(cc),
 		reader: reader,
 		out:    json.NewEncoder(out),
@@ -87,10 +88,20 @@ func Run(cfg Config, in io.Reader, out io.Writer) error {
 		defer close(ticksDone)
 		t := time.NewTicker(cfg.Report)
 		defer t.Stop()
+		// The policies are looked at every millisecond, and a change is
+		// reported at once: a test measures how soon an override applies.
+		look := time.NewTicker(time.Millisecond)
+		defer look.Stop()
+		last := r.inForce()
 		for {
 			select {
 			case <-t.C:
 				r.report("tick", false, "")
+			case <-look.C:
+				if now := r.inForce(); !slices.Equal(now, last) {
+					last = now
+					r.report("policy", false, "")
+				}
 			case <-stopTicks:
 				return
 			}
@@ -132,6 +143,7 @@ func warmUp(coord coordinator.Coordinator, cfg Config) {
 // replica holds the state of a running Run.
 type replica struct {
 	cfg    Config
+	b      *cbgrpc.Breaker
 	client testgrpc.TestServiceClient
 	reader *sdkmetric.ManualReader
 
@@ -287,6 +299,7 @@ func (r *replica) newPhaseLocked(name string) {
 // that no call is lost between two phases.
 func (r *replica) report(event string, percentiles bool, next string) {
 	rep := Report{Event: event, ID: r.cfg.ID, Methods: make(map[string]*MethodCount), At: time.Now().UnixMilli()}
+	rep.Policies = r.policies()
 	r.metrics(&rep)
 	rep.Goroutines = runtime.NumGoroutine()
 
@@ -333,6 +346,32 @@ func (r *replica) report(event string, percentiles bool, next string) {
 	r.outMu.Lock()
 	defer r.outMu.Unlock()
 	r.out.Encode(rep)
+}
+
+// policy is what a Breaker runs a scope on.
+type policy struct {
+	p   coordinator.Policy
+	src coordinator.PolicySource
+}
+
+// inForce is what the Breaker runs each method's scope on, in the order
+// of cfg.Methods.
+func (r *replica) inForce() []policy {
+	in := make([]policy, len(r.cfg.Methods))
+	for i, method := range r.cfg.Methods {
+		in[i].p, in[i].src = r.b.Policy(cbgrpc.ScopeByMethod(context.Background(), r.cfg.Target, "/grpc.testing.TestService/"+method))
+	}
+	return in
+}
+
+// policies are inForce as a report gives them: by method, "fingerprint
+// source".
+func (r *replica) policies() map[string]string {
+	m := make(map[string]string, len(r.cfg.Methods))
+	for i, in := range r.inForce() {
+		m[r.cfg.Methods[i]] = in.p.Fingerprint() + " " + in.src.String()
+	}
+	return m
 }
 
 // metrics reads the Breaker's counters into rep.
