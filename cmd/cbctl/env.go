@@ -97,6 +97,9 @@ func (e *env) parse(args []string) ([]string, error) {
 func (e *env) help() {
 	w := e.stdout
 	fmt.Fprintf(w, "usage: %s\n\n%s.\n", strings.TrimSpace("cbctl "+e.name+" [flags] "+e.cmd.args), capitalize(e.cmd.brief))
+	if more := moreHelp[e.name]; more != "" {
+		fmt.Fprint(w, "\n"+more)
+	}
 	if len(e.global) < countFlags(e.fs) {
 		fmt.Fprintf(w, "\nflags of %s:\n", e.name)
 		writeFlags(w, e.fs, func(name string) bool { return !e.global[name] })

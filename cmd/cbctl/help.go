@@ -17,10 +17,12 @@ CBCTL_REDIS_PASSWORD (the credentials are read from here only), CBCTL_BY, CBCTL_
 
 const exitStatus = `exit status: 0 done (also when the breaker already was in the state asked for);
 1 an operational error (Redis unreachable, a script failed, the watch feed was lost);
-2 a usage error; 3 show, isolate, release, disable or enable of a scope that has no
-state (the last four unless --create is given); 4 isolate, release, disable or enable
-whose change no replica confirmed (in force on the master; run it again once the
-replicas are back).
+2 a usage error, or a policy override that would not work (nothing is stored);
+3 show, isolate, release, disable or enable of a scope that has no
+state (the last four unless --create is given), and policy show or set of one that
+has no override either (set unless --create is given); 4 isolate, release, disable
+or enable whose change no replica confirmed (in force on the master; run it again
+once the replicas are back).
 `
 
 // writeUsage writes cbctl's help: the commands, and fs, the flags every

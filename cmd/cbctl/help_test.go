@@ -31,6 +31,8 @@ func TestCLIHelp(t *testing.T) {
 		{[]string{"help", "isolate"}, "  --create "},
 		{[]string{"isolate", "--help"}, "usage: cbctl isolate [flags] SCOPE --reason TEXT [--for D]"},
 		{[]string{"watch", "--json", "-h"}, "  --rescan D"},
+		{[]string{"help", "policy"}, "usage: cbctl policy [flags] show|set|reset SCOPE|--default\n"},
+		{[]string{"policy", "--help"}, "  cbctl policy set SCOPE field=value...  "},
 	} {
 		r := c.want(0, h.stdout, "", h.args...)
 		if m := oneDashFlag.FindString(r.stdout); m != "" {

@@ -13,6 +13,9 @@
 //	cbctl release SCOPE [--reason TEXT]          back to closed, new generation, empty window
 //	cbctl disable SCOPE --reason TEXT            admit every call, never trip
 //	cbctl enable SCOPE [--reason TEXT]           back under the rules
+//	cbctl policy show SCOPE|--default            the overrides of the policy, and what Records carried
+//	cbctl policy set SCOPE|--default F=V...      merge fields into the override (F= removes one)
+//	cbctl policy reset SCOPE|--default           remove the override
 //	cbctl watch [SCOPE...]                       print transitions as they happen
 //	cbctl serve [--listen HOST:PORT]             a live dashboard of every breaker, in a browser
 //	cbctl help [COMMAND]                         help, on standard output
@@ -40,6 +43,12 @@
 //	--create                         act on a scope that has no state (see exit status 3)
 //	--replicas N                     replicas to wait for (default 0: as many as the master reports)
 //	--replica-timeout D              bound on the wait for replicas (default 1s, less than --timeout)
+//
+// and policy set and reset take --reason and --by as well, and policy set
+// takes --create. The fleet default (--default) applies to every scope of
+// --prefix; Breakers lay it, then the scope's override, over their code's
+// policy. Fields are named as in Go (FailureRatio) or in snake case
+// (failure_ratio).
 //
 // and serve, which serves one page showing every breaker live, and whose
 // buttons isolate, release, disable and enable through the same code as
@@ -88,9 +97,11 @@
 // Exit status: 0 done (also when the breaker was already in the state
 // asked for); 1 an operational error (Redis unreachable, a script failed,
 // the watch feed was lost); 2 a usage error (unknown command or flag, a
-// missing argument, a missing --reason, a bad --for); 3 show, isolate,
-// release, disable or enable of a scope that has no state (the last four
-// unless --create is given); 4 isolate, release, disable or enable whose
+// missing argument, a missing --reason, a bad --for), or a policy override
+// that would not work, which is not stored; 3 show, isolate, release,
+// disable or enable of a scope that has no state (the last four unless
+// --create is given), and policy show or set of a scope that has no
+// override either (set unless --create is given); 4 isolate, release, disable or enable whose
 // change no replica confirmed (the change is in force on the master, but
 // a failover would lose it: run the command again once the replicas are
 // back). Errors go to standard error as one line "cbctl: COMMAND: ...". A
@@ -180,6 +191,7 @@ var commands = []*command{
 	{"release", "SCOPE [--reason TEXT]", "back to closed, new generation, empty window", cmdControl("release")},
 	{"disable", "SCOPE --reason TEXT", "admit every call, never trip", cmdControl("disable")},
 	{"enable", "SCOPE [--reason TEXT]", "back under the rules", cmdControl("enable")},
+	{"policy", "show|set|reset SCOPE|--default", "the policy override of a scope, or the fleet default", cmdPolicy},
 	{"watch", "[SCOPE...]", "print transitions as they happen", cmdWatch},
 	{"serve", "[--listen HOST:PORT]", "a live dashboard of every breaker, in a browser", cmdServe},
 }

@@ -83,7 +83,21 @@ func writeDetail(w io.Writer, s coordinator.Snapshot) error {
 		row("last trip", fmt.Sprintf("%s gen %d: %s", formatTime(t.At), t.Generation, t.Reason))
 		row("window at the trip", fmt.Sprintf("%d calls, %d failures, %d slow", t.Calls, t.Failures, t.Slow))
 	}
+	if len(s.Policies) == 0 {
+		row("policy in force", "- (no Record in the last window)")
+	} else {
+		row("policy in force", fmt.Sprintf("%s (%v)", s.Policies[0].Fingerprint, s.Policies[0].Source))
+	}
+	row("policies seen", policiesSeen(len(s.Policies)))
 	return tw.Flush()
+}
+
+// policiesSeen says how many policies Records carried in the last window.
+func policiesSeen(n int) string {
+	if n > 1 {
+		return fmt.Sprintf("%d (replicas differ, or the policy changed in the window: cbctl policy show SCOPE)", n)
+	}
+	return strconv.Itoa(n)
 }
 
 func orDash(s string) string {
@@ -121,6 +135,12 @@ type snapshotJSON struct {
 	ForcedAt            string    `json:"forced_at,omitempty"`
 	Operator            *noteJSON `json:"operator,omitempty"`
 	LastTrip            *tripJSON `json:"last_trip,omitempty"`
+	// Policy is the policy in force, as the last Record carried it;
+	// absent when no Record came in the last window. PoliciesSeen counts
+	// the distinct policies Records carried in it: more than one, and
+	// replicas differ, or the policy changed within the window.
+	Policy       *seenPolicyJSON `json:"policy,omitempty"`
+	PoliciesSeen int             `json:"policies_seen"`
 }
 
 type transitionJSON struct {
@@ -187,6 +207,10 @@ func toJSON(s coordinator.Snapshot) snapshotJSON {
 	if !s.ForcedAt.IsZero() {
 		n := toNoteJSON(s.Operator)
 		out.Operator = &n
+	}
+	if len(s.Policies) > 0 {
+		p := toSeenJSON(s.Policies[0])
+		out.Policy, out.PoliciesSeen = &p, len(s.Policies)
 	}
 	if t := s.LastTrip; !t.At.IsZero() {
 		out.LastTrip = &tripJSON{At: jsonTime(t.At), Reason: t.Reason, Generation: t.Generation,

@@ -220,6 +220,12 @@ function tile(row) {
     item(row.state === 'isolated' ? 'isolated until' : 'open until', v);
   }
   item('probes in flight', row.probes_in_flight);
+  if (row.policies_seen > 1 && row.policy) {
+    // Replicas ran different policies in the window: a rolling deploy, or
+    // a replica yet to apply an override (cbctl policy show lists them).
+    item('policy', row.policies_seen + ' policies · in force ' + row.policy.fingerprint +
+      ' (' + row.policy.source + ')').classList.add('drift');
+  }
   if (row.last_trip) {
     const ago = el('span', 'ago');
     ago.dataset.at = String(Date.parse(row.last_trip.at));
