@@ -36,10 +36,13 @@ type Coordinator interface {
 	// Snapshot.Policies: stale or not, whatever the state, since it tells
 	// what the replica runs, not what was counted. A Record that counts
 	// outcomes under another Window or Buckets than the window was written
-	// with first re-lays the window: the counts of the buckets live under
-	// the old layout move into the current bucket of p's, so that none is
-	// lost or counted twice and the ratios stay; they leave the window one
-	// window of p later. The generation and the run of failures stay.
+	// with first re-lays the window by time: the counts of each bucket
+	// live under the old layout go to the bucket of p's layout that holds
+	// the old bucket's last millisecond (or now), so that none is counted
+	// twice and each keeps its age, leaving the window when p's layout
+	// says, even while replicas of two layouts record in turn; counts
+	// wholly before p's window have left it. The generation and the run of
+	// failures stay.
 	Record(ctx context.Context, scope string, p Policy, outcomes []Outcome) (Result, error)
 
 	// Settle reports the outcome of the probe admitted with claim. A claim

@@ -107,6 +107,9 @@ const (
 	pathDisabled
 	pathCountedDisabled
 	pathEnabled
+	pathOverrideSet
+	pathOverrideReset
+	pathAnsweredOverride
 	numPaths
 )
 
@@ -116,6 +119,7 @@ var pathNames = [numPaths]string{
 	"born again after forgetting", "born above a generation seen", "admitted while ramping", "throttled counted",
 	"window re-laid", "policies seen > 1", "pushed open", "lost state", "fenced after a loss",
 	"rejected while isolated", "isolated", "isolation ended", "released", "disabled", "counted while disabled", "enabled",
+	"override set", "override reset", "answered an override's version",
 }
 
 // comparePolicy is a small policy, so that short sequences trip, probe,
@@ -276,8 +280,10 @@ func (d *driver) run(steps int) {
 			d.abandon(s)
 		case n < 81 && d.lose != nil:
 			d.loseState(s)
-		case n < 83 && d.ctl != nil:
+		case n < 82 && d.ctl != nil:
 			d.control(s)
+		case n < 83 && d.ctl != nil:
+			d.override(s)
 		case n < 85 && d.pusher != nil:
 			d.push(s)
 		default:
@@ -366,13 +372,21 @@ func (d *driver) learn(s *cmpScope, gen uint64, t *coordinator.Transition) {
 	s.gen = gen
 }
 
+// samePolicyVersion compares the versions of s's override the two
+// coordinators answered. A loss of state keeps the override (it is not
+// the breaker's state), while the reference goes on under a new alias
+// without it: after a loss, only the coordinator under test knows it.
+func samePolicyVersion(s *cmpScope, ref, sut uint64) bool {
+	return ref == sut || s.alias != s.name
+}
+
 // sameResult fails unless the answers of the two coordinators agree; lost
 // is how many more stale the coordinator under test must report, for the
 // outcomes it alone was sent.
 func (d *driver) sameResult(s *cmpScope, op string, rr, sr coordinator.Result, lost int) {
 	d.t.Helper()
 	if rr.State != sr.State || rr.Generation != sr.Generation || rr.Stale+lost != sr.Stale || rr.RetryAfter != sr.RetryAfter || rr.RampLeft != sr.RampLeft ||
-		rr.Calls != sr.Calls || rr.Failures != sr.Failures || rr.Slow != sr.Slow || rr.Throttled != sr.Throttled {
+		rr.Calls != sr.Calls || rr.Failures != sr.Failures || rr.Slow != sr.Slow || rr.Throttled != sr.Throttled || !samePolicyVersion(s, rr.PolicyVersion, sr.PolicyVersion) {
 		var why string
 		if lost > 0 {
 			why = fmt.Sprintf(" (want %d more stale: admitted before a loss)", lost)

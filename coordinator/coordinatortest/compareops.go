@@ -100,11 +100,15 @@ func (d *driver) admitClaim(ctx context.Context, s *cmpScope, claim string, agai
 	sd, sutErr := d.sut.Admit(ctx, s.name, s.p, claim)
 	d.note("admit s%d %s -> %s", s.index, claim, showDecision(rd))
 	d.noErr("Admit", refErr, sutErr)
-	if rd.Verdict != sd.Verdict || rd.State != sd.State || rd.RetryAfter != sd.RetryAfter || rd.RampLeft != sd.RampLeft || rd.Generation != sd.Generation {
+	if rd.Verdict != sd.Verdict || rd.State != sd.State || rd.RetryAfter != sd.RetryAfter || rd.RampLeft != sd.RampLeft || rd.Generation != sd.Generation ||
+		!samePolicyVersion(s, rd.PolicyVersion, sd.PolicyVersion) {
 		d.fail("Admit(s%d, %s): reference %s, coordinator under test %s", s.index, claim, showDecision(rd), showDecision(sd))
 	}
 	d.sameTransition(s, "Admit("+claim+")", rd.Transition, sd.Transition)
 	d.learn(s, rd.Generation, rd.Transition)
+	if rd.PolicyVersion != 0 {
+		d.hit(pathAnsweredOverride)
+	}
 	switch rd.Verdict {
 	case coordinator.Allow:
 		d.hit(pathAdmitted)
@@ -357,6 +361,46 @@ func (d *driver) control(s *cmpScope) {
 	d.note("%s s%d %+v -> %s", op, s.index, n, showResult(rr))
 	d.noErr(op, refErr, sutErr)
 	d.sameResult(s, fmt.Sprintf("%s(%+v)", op, n), rr, sr, 0)
+}
+
+// override sets or resets an override, of s or of the fleet default, on
+// both coordinators: a small change of MinCalls or OpenFor, merged into
+// what is there, or a reset. Both must store the same layers, versioned
+// alike, and answer the same version afterwards. Coordinators check an
+// override against DefaultPolicy, and the driver keeps passing its own
+// policy: what a Breaker makes of the layers is not the coordinators'
+// business.
+func (d *driver) override(s *cmpScope) {
+	ctx := context.Background()
+	ref, sut := coordinator.ScopeTarget(s.alias), coordinator.ScopeTarget(s.name)
+	if d.rng.IntN(4) == 0 || s.alias != s.name {
+		// After a loss only the coordinator under test knows s's
+		// override (samePolicyVersion): the fleet default then.
+		ref, sut = coordinator.FleetDefault, coordinator.FleetDefault
+	}
+	d.next++
+	n := coordinator.Note{By: "compare", Reason: fmt.Sprintf("override-%d", d.next)}
+	var rr, sr coordinator.Overrides
+	var refErr, sutErr error
+	if d.rng.IntN(3) == 0 {
+		rr, refErr = d.ref.ResetOverride(ctx, ref, n)
+		sr, sutErr = d.ctl.ResetOverride(ctx, sut, n)
+		d.hit(pathOverrideReset)
+	} else {
+		o := coordinator.Override{"MinCalls": fmt.Sprint(1 + d.rng.IntN(20))}
+		if d.rng.IntN(2) == 0 {
+			o = coordinator.Override{"OpenFor": fmt.Sprintf("%dms", 1+d.rng.IntN(1000))}
+		}
+		rr, refErr = d.ref.SetOverride(ctx, ref, o, n)
+		sr, sutErr = d.ctl.SetOverride(ctx, sut, o, n)
+		d.hit(pathOverrideSet)
+	}
+	d.note("override s%d %v %+v -> %+v", s.index, ref, n, rr)
+	d.noErr("override", refErr, sutErr)
+	rr.Replicas, sr.Replicas = coordinator.Replication{}, coordinator.Replication{}
+	if !sameOverrides(rr, sr) {
+		d.fail("override of %v: reference %+v, coordinator under test %+v", sut, rr, sr)
+	}
 }
 
 // push is a server's pushback answered to a call of s: of the generation

@@ -1,6 +1,7 @@
 package coordinatortest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,13 +12,14 @@ import (
 // bucket and how many there are) may change under a scope: an operator's
 // override, or a rollout of a new policy. The window keeps the layout it
 // was written with. A Record under another layout that counts outcomes
-// first re-lays the window: the counts of the buckets live under the old
-// layout (calls, failures, slow calls, throttled requests) move into the
-// current bucket of the new one, so that nothing is lost or counted twice
-// and the ratios stay as they were; they then leave the window one new
-// window later. The generation and the run of failures stay. A Snapshot
-// reads the window with the layout it was written with, whatever policy
-// the reader passes.
+// first re-lays the window by time: the counts of each bucket live under
+// the old layout (calls, failures, slow calls, throttled requests) go to
+// the bucket of the new one that holds the old bucket's last millisecond
+// (or now), so that nothing is counted twice and counts keep their age,
+// leaving the window when the new layout says, even while layouts
+// alternate; counts wholly before the new window have left it. The
+// generation and the run of failures stay. A Snapshot reads the window
+// with the layout it was written with, whatever policy the reader passes.
 
 // layoutPolicy counts without tripping: the trip has a test of its own.
 func layoutPolicy(window time.Duration, buckets int) coordinator.Policy {
@@ -64,51 +66,97 @@ func testLayoutGrowingKeepsTheCounts(t *testing.T, f Factory) {
 	h.wantCounts("a Snapshot under the first policy, which reads the stored layout", 5, 3, 1)
 }
 
-// testLayoutShrinkingKeepsTheCounts: a narrower bucket (a shorter window)
-// keeps every count that was live under the old layout, even those older
-// than the new window.
-func testLayoutShrinkingKeepsTheCounts(t *testing.T, f Factory) {
+// testLayoutShrinkingKeepsWhatTheNewWindowHolds: under a narrower bucket
+// (a shorter window), the counts of old buckets that end within the new
+// window are kept, in the bucket that holds their old bucket's end (or
+// now); those wholly before it have left the new window; and the kept
+// ones leave when the new layout says.
+func testLayoutShrinkingKeepsWhatTheNewWindowHolds(t *testing.T, f Factory) {
 	h := newHarness(t, f, layoutPolicy(3*time.Second, 6)) // buckets of 500ms
 	gen := h.closedGen()
-	h.record(ok(gen), fail(gen))
-	h.advance(1200 * time.Millisecond)
-	h.record(ok(gen), throttled(gen))
-	h.advance(1400 * time.Millisecond)
-	h.wantWindow("under the first layout", h.record(fail(gen)), 4, 2, 1)
+	start := h.now()
+	at := func(d time.Duration) { h.clock.Set(start.Add(d)) }
+	h.record(ok(gen), fail(gen)) // old bucket 0, ends at 499ms
+	at(1200 * time.Millisecond)
+	h.record(ok(gen), throttled(gen)) // old bucket 2, ends at 1499ms
+	at(2200 * time.Millisecond)
+	h.record(ok(gen), fail(gen)) // old bucket 4, ends at 2499ms
+	at(2600 * time.Millisecond)
+	h.wantWindow("under the first layout", h.record(fail(gen)), 6, 3, 1) // old bucket 5
 
+	// At 2.7s a window of 1s holds 1.8s to 2.7s: old buckets 4 and 5.
 	narrow := h.withLayout(time.Second, 10) // buckets of 100ms
-	narrow.advance(100 * time.Millisecond)
+	at(2700 * time.Millisecond)
 	r := narrow.record(ok(gen))
 	narrow.wantResult("the first Record under a shorter window", r, closed, gen, 0)
-	narrow.wantWindow("the first Record under a shorter window", r, 5, 2, 1)
-	h.wantCounts("a Snapshot under the first policy", 5, 2, 1)
+	narrow.wantWindow("the first Record under a shorter window", r, 4, 2, 0)
+	h.wantCounts("a Snapshot under the first policy, which reads the stored layout", 4, 2, 0)
+	// Old bucket 4 went to the bucket of 2.4s: it leaves at 3.4s.
+	at(3400*time.Millisecond - time.Millisecond)
+	narrow.wantCounts("1ms before the re-laid bucket 4 leaves the new window", 4, 2, 0)
+	at(3400 * time.Millisecond)
+	narrow.wantCounts("as it leaves", 2, 1, 0)
 }
 
-// testReLaidCountsLeaveOneNewWindowLater: re-laid counts sit in the bucket
-// of the re-lay, and leave with it, a window of the new layout later;
-// counts of later buckets stay. Only what was live under the old layout
-// is re-laid.
-func testReLaidCountsLeaveOneNewWindowLater(t *testing.T, f Factory) {
+// testReLaidCountsKeepTheirAge: re-laid counts go to the bucket of the
+// new layout that holds their old bucket's end, and leave the window when
+// the new layout says; counts of later buckets stay. Only what was live
+// under the old layout is re-laid.
+func testReLaidCountsKeepTheirAge(t *testing.T, f Factory) {
 	h := newHarness(t, f, layoutPolicy(time.Second, 10)) // buckets of 100ms
 	gen := h.closedGen()
+	start := h.now()
+	at := func(d time.Duration) { h.clock.Set(start.Add(d)) }
 	h.record(fail(gen), fail(gen), throttled(gen)) // bucket 0
-	h.advance(900 * time.Millisecond)
-	h.record(ok(gen), ok(gen)) // bucket 9
-	h.advance(100 * time.Millisecond)
+	at(900 * time.Millisecond)
+	h.record(ok(gen), ok(gen)) // bucket 9, ends at 999ms
 	// At 1s, bucket 0 has left the first window: two calls are live.
 	wide := h.withLayout(2*time.Second, 4) // buckets of 500ms
-	relaid := wide.now()
+	at(time.Second)
 	wide.wantWindow("the re-lay, a window after the first bucket", wide.record(ok(gen)), 3, 0, 0)
-	wide.advance(700 * time.Millisecond)
-	last := wide.now()
+	at(1700 * time.Millisecond)
 	wide.wantWindow("a bucket of the new layout later", wide.record(fail(gen)), 4, 1, 0)
 
-	leave := wide.forgetAt(relaid)
-	wide.clock.Set(leave.Add(-time.Millisecond))
-	wide.wantCounts("1ms before a new window has passed since the re-lay", 4, 1, 0)
-	wide.clock.Set(leave)
-	wide.wantCounts("a new window after the re-lay", 1, 1, 0)
-	wide.wantForgottenAt("the scope", wide.forgetAt(last), gen)
+	// Bucket 9 went to the new bucket of 500ms to 1s, which leaves at
+	// 2.5s; the call of 1s leaves at 3s, the failure of 1.7s at 3.5s.
+	for _, c := range []struct {
+		at              time.Duration
+		calls, failures int
+	}{
+		{2500*time.Millisecond - time.Millisecond, 4, 1},
+		{2500 * time.Millisecond, 2, 1},
+		{3 * time.Second, 1, 1},
+	} {
+		at(c.at)
+		wide.wantCounts(fmt.Sprintf("at %v", c.at), c.calls, c.failures, 0)
+	}
+	wide.wantForgottenAt("the scope", wide.forgetAt(start.Add(1700*time.Millisecond)), gen)
+}
+
+// testAlternatingLayoutsLetCountsLeave: while replicas of two layouts
+// record in turn, every Record re-lays the window, and counts still leave
+// it with their age: failures of long ago stop counting.
+func testAlternatingLayoutsLetCountsLeave(t *testing.T, f Factory) {
+	a := newHarness(t, f, layoutPolicy(time.Second, 10)) // buckets of 100ms
+	b := a.withLayout(2*time.Second, 4)                  // buckets of 500ms
+	gen := a.closedGen()
+	a.record(fail(gen), fail(gen), fail(gen))
+	for i := range 30 {
+		a.advance(100 * time.Millisecond)
+		w := a
+		if i%2 == 1 {
+			w = b
+		}
+		w.record(ok(gen))
+	}
+	// 3s later: the failures are two windows of either layout old.
+	for name, w := range map[string]*harness{"the first": a, "the second": b} {
+		s := w.snapshot()
+		if s.Failures != 0 || s.Calls > 25 {
+			t.Errorf("after 3s of alternating layouts, a Snapshot under %s: %s; want the failures gone and at most 2.5s of calls",
+				name, showSnapshot(s))
+		}
+	}
 }
 
 // testSnapshotReadsTheStoredLayout: a reader that passes another policy

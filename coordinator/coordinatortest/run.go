@@ -88,8 +88,9 @@ var rules = []struct {
 	{"ThrottledLeavesTheWindowAndGoesStale", testThrottledLeavesTheWindowAndGoesStale},
 	// layout.go
 	{"LayoutGrowingKeepsTheCounts", testLayoutGrowingKeepsTheCounts},
-	{"LayoutShrinkingKeepsTheCounts", testLayoutShrinkingKeepsTheCounts},
-	{"ReLaidCountsLeaveOneNewWindowLater", testReLaidCountsLeaveOneNewWindowLater},
+	{"LayoutShrinkingKeepsWhatTheNewWindowHolds", testLayoutShrinkingKeepsWhatTheNewWindowHolds},
+	{"ReLaidCountsKeepTheirAge", testReLaidCountsKeepTheirAge},
+	{"AlternatingLayoutsLetCountsLeave", testAlternatingLayoutsLetCountsLeave},
 	{"SnapshotReadsTheStoredLayout", testSnapshotReadsTheStoredLayout},
 	{"AlternatingLayoutsNeverCountTwice", testAlternatingLayoutsNeverCountTwice},
 	{"TripOnReLaidCounts", testTripOnReLaidCounts},

@@ -16,17 +16,35 @@ func (b *breaker) layout(r *rules) (width, buckets int64) {
 }
 
 // relay makes r's layout the window's before an outcome is added. A
-// window written with another layout is re-laid: the counts of its live
-// buckets move into the current bucket of r's, so that none is lost or
-// counted twice and the ratios stay; they leave the window with that
-// bucket, one window of r later.
+// window written with another layout is re-laid by time: the counts of
+// each bucket live under the old layout go to the bucket of r's that holds
+// the old bucket's last millisecond (or now), so that they keep their age
+// and leave the window when r's layout says, even while replicas of two
+// layouts alternate; counts wholly before r's window have left it. None is
+// counted twice.
 func (b *breaker) relay(r *rules, now int64) {
 	if b.width == r.width && b.buckets == r.buckets {
 		return
 	}
 	if b.width != 0 {
-		sum := b.live(r, now)
-		b.window = map[int64]*bucket{now / r.width: &sum}
+		idx0, idx := now/b.width, now/r.width
+		into := make(map[int64]*bucket)
+		for i, bk := range b.window {
+			j := min((i+1)*b.width-1, now) / r.width
+			if i <= idx0-b.buckets || i > idx0 || j <= idx-r.buckets {
+				continue
+			}
+			sum := into[j]
+			if sum == nil {
+				sum = &bucket{}
+				into[j] = sum
+			}
+			sum.calls += bk.calls
+			sum.failures += bk.failures
+			sum.slow += bk.slow
+			sum.throttled += bk.throttled
+		}
+		b.window = into
 	}
 	b.width, b.buckets = r.width, r.buckets
 }

@@ -20,11 +20,8 @@
 -- policies tell what the replicas run, not what was counted.
 --
 -- The window stores the layout it is written with (width, buckets). A
--- Record under another layout that counts outcomes first re-lays it: the
--- counts of the buckets live under the stored layout move into the
--- current bucket of this one, so that none is lost or counted twice and
--- the ratios stay, and leave one window of this layout later; generation
--- and the run of failures stay.
+-- Record under another layout that counts outcomes first re-lays it by
+-- time (relay below); generation and the run of failures stay.
 local MIN_CALLS = tonumber(ARGV[8])
 local FAILURE_PERMILLE = tonumber(ARGV[9])
 local SLOW_PERMILLE = tonumber(ARGV[10])
@@ -105,6 +102,59 @@ local function parse(v)
   return tonumber(c), tonumber(f), tonumber(sl)
 end
 
+-- relaid: the fields of the re-laid buckets other than the current one,
+-- written after the save that starts the window afresh.
+local relaid = {}
+
+-- relay re-lays a window written with layout width0 x buckets0 into this
+-- Record's, by time: the counts of each bucket live under the old layout
+-- go to the bucket of this layout that holds the old bucket's last
+-- millisecond (or now), so that they keep their age and leave the window
+-- when this layout says, even while replicas of two layouts alternate;
+-- counts that lie wholly before this layout's window have left it. Nothing
+-- is counted twice. It sets the current bucket's counts, the others'
+-- totals and the throttled requests, and fills relaid.
+local function relay(width0, buckets0)
+  local idx0 = math.floor(NOW / width0)
+  local function target(i)
+    local j = math.floor(math.min((i + 1) * width0 - 1, NOW) / WIDTH)
+    if i <= idx0 - buckets0 or i > idx0 or j <= IDX - BUCKETS then
+      return false
+    end
+    return j
+  end
+  local into, thr = {}, {}
+  local raw = redis.call('HGETALL', KEY_WINDOW)
+  for k = 1, #raw, 2 do
+    local i, t = tonumber(raw[k]), throttled_index(raw[k])
+    local j = target(i or t or -1)
+    if i and j then
+      local c, f, sl = parse(raw[k + 1])
+      local b = into[j] or {0, 0, 0}
+      into[j] = {b[1] + c, b[2] + f, b[3] + sl}
+    elseif t and j then
+      thr[j] = (thr[j] or 0) + tonumber(raw[k + 1])
+    end
+  end
+  for j, b in pairs(into) do
+    if j == IDX then
+      calls, failures, slow = b[1], b[2], b[3]
+    else
+      other_calls, other_failures, other_slow = other_calls + b[1], other_failures + b[2], other_slow + b[3]
+      relaid[#relaid + 1], relaid[#relaid + 2] = int(j), string.format('%d %d %d', b[1], b[2], b[3])
+    end
+  end
+  for j, n in pairs(thr) do
+    throttled_head = IDX
+    if j == IDX then
+      throttled = n
+    else
+      other_throttled = other_throttled + n
+      relaid[#relaid + 1], relaid[#relaid + 2] = 'throttled:' .. int(j), int(n)
+    end
+  end
+end
+
 if not s.newborn then
   local v = redis.call('HMGET', KEY_WINDOW, 'generation', 'head', 'calls', 'failures', 'slow', int(IDX),
     'throttled', 'throttled_head', 'throttled:' .. int(IDX), 'width', 'buckets')
@@ -114,13 +164,10 @@ if not s.newborn then
     head = tonumber(v[2])
     laid = v[10] == int(WIDTH) and v[11] == int(BUCKETS)
     if v[10] and not laid then
-      -- Written with another layout: its live buckets, read with it, make
-      -- the current bucket of this one, in a window started afresh. A
-      -- window with no layout stored was written with this one.
-      local w = window(s)
-      calls, failures, slow = w.current.calls + w.others.calls, w.current.failures + w.others.failures,
-        w.current.slow + w.others.slow
-      throttled = w.throttled
+      -- Written with another layout: re-laid into this one, in a window
+      -- started afresh. A window with no layout stored was written with
+      -- this one.
+      relay(tonumber(v[10]), tonumber(v[11]))
       relabel, tv, head = true, false, IDX
     elseif not head then
       -- Written without totals: sum the buckets once.
@@ -277,6 +324,9 @@ if not tr then
   hdel(KEY_WINDOW, gone)
   redis.call('HSET', KEY_WINDOW, int(IDX), string.format('%d %d %d', calls, failures, slow), 'head', int(head),
     'calls', int(other_calls + calls), 'failures', int(other_failures + failures), 'slow', int(other_slow + slow))
+  if #relaid > 0 then
+    redis.call('HSET', KEY_WINDOW, unpack(relaid))
+  end
   if relabel or not laid then
     redis.call('HSET', KEY_WINDOW, 'width', int(WIDTH), 'buckets', int(BUCKETS))
   end
