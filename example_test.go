@@ -7,6 +7,7 @@ import (
 	"log"
 	"net"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -217,4 +218,57 @@ func ExampleWithOnTransition() {
 	// Output:
 	// EmptyCall: closed -> open
 	// payments: closed -> isolated
+}
+
+func ExampleBreaker_Policy() {
+	addr, stop := server(codes.Unavailable)
+	defer stop()
+	coord := memory.New()
+	// Without the admission cache every call asks the coordinator, whose
+	// answer tells of a changed override: this example needs no feed.
+	breaker, err := cbgrpc.New(coord, cbgrpc.WithPolicy(coordinator.DefaultPolicy()), cbgrpc.WithAdmissionCache(0))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer breaker.Close()
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(breaker.UnaryClientInterceptor()),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	client := testgrpc.NewTestServiceClient(conn)
+	client.UnaryCall(context.Background(), &testpb.SimpleRequest{})
+	scope := cbgrpc.ScopeByMethod(context.Background(), addr, "/grpc.testing.TestService/UnaryCall")
+
+	// An operator lays an override over the code's policy, for one scope,
+	// without a redeploy (cbctl policy set does the same).
+	o, err := coordinator.ParseOverride("failure_ratio=0.3", "open_for=30s")
+	if err != nil {
+		log.Fatal(err)
+	}
+	note := coordinator.Note{By: "alice", Reason: "INC-1241: card processor flapping"}
+	if _, err := coord.SetOverride(context.Background(), coordinator.ScopeTarget(scope), o, note); err != nil {
+		log.Fatal(err)
+	}
+	// The Breaker applies it within a second: the next answer about the
+	// scope tells it (with the cache on, the feed tells it at once).
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		client.UnaryCall(context.Background(), &testpb.SimpleRequest{})
+		if _, src := breaker.Policy(scope); src == coordinator.SourceScope {
+			break
+		}
+	}
+	p, src := breaker.Policy(scope)
+	fmt.Println(src, p.FailureRatio, p.OpenFor)
+
+	// A field that would not make a valid policy is refused, naming it.
+	_, err = coord.SetOverride(context.Background(), coordinator.ScopeTarget(scope), coordinator.Override{"FailureRatio": "1.5"}, note)
+	var pe *coordinator.PolicyError
+	fmt.Println(errors.As(err, &pe), pe.Field)
+	// Output:
+	// scope override 0.3 30s
+	// true FailureRatio
 }

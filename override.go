@@ -158,3 +158,90 @@ func (s *sharing) make(scope coordinator.PolicyLayer) *inForce {
 	}
 	return &inForce{p: p, src: src, layer: scope}
 }
+
+// The table's part of the shared policy (knowledge.go): what each scope
+// runs on, and which scopes sharing is to read.
+
+// policyIn is the policy of the scope f, what use returned, says.
+func (k *knowledge) policyIn(f fact) *inForce {
+	if f.policy != nil {
+		return f.policy
+	}
+	return k.base.Load()
+}
+
+// policyOf is the policy scope runs on.
+func (k *knowledge) policyOf(scope string) *inForce {
+	k.mu.RLock()
+	var f *inForce
+	if e := k.scopes[scope]; e != nil {
+		f = e.policy
+	}
+	k.mu.RUnlock()
+	if f != nil {
+		return f
+	}
+	return k.base.Load()
+}
+
+// saidPolicy takes the version of scope's override that the coordinator
+// said: if the scope runs on another, sharing is to read it.
+func (k *knowledge) saidPolicy(scope string, version uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if e := k.scopes[scope]; e != nil && e.policy.version() != version {
+		k.stale[scope] = struct{}{}
+		k.signalPolicies()
+	}
+}
+
+// stalePolicy has sharing read scope's override again: a read failed.
+func (k *knowledge) stalePolicy(scope string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.scopes[scope] != nil {
+		k.stale[scope] = struct{}{}
+	}
+}
+
+// stalePolicies hands sharing the scopes whose override it is to read.
+func (k *knowledge) stalePolicies() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	scopes := make([]string, 0, len(k.stale))
+	for s := range k.stale {
+		if k.scopes[s] != nil {
+			scopes = append(scopes, s)
+		}
+	}
+	clear(k.stale)
+	return scopes
+}
+
+// setPolicy makes scope run on p, unless it was forgotten meanwhile.
+func (k *knowledge) setPolicy(scope string, p *inForce) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if e := k.scopes[scope]; e != nil {
+		e.policy = p
+	}
+}
+
+// remake makes the policy of every scope that has one of its own again,
+// from its own layer: the fleet default changed.
+func (k *knowledge) remake(make func(coordinator.PolicyLayer) *inForce) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, e := range k.scopes {
+		if e.policy != nil {
+			e.policy = make(e.policy.layer)
+		}
+	}
+}
+
+func (k *knowledge) signalPolicies() {
+	select {
+	case k.policyWake <- struct{}{}:
+	default:
+	}
+}
