@@ -60,8 +60,11 @@ type sharing struct {
 	fleet      coordinator.PolicyLayer
 	fleetStale atomic.Bool
 	// reported is the last invalid combination reported, so that one is
-	// reported once, not on every read.
-	reported string
+	// reported once, not on every read; unreported holds those make found
+	// since, reported by refresh once it holds no lock (a user's error
+	// handler may call the Breaker).
+	reported   string
+	unreported []error
 }
 
 func newSharing(ctl coordinator.Controller, k *knowledge, code coordinator.Policy, poll bool) *sharing {
@@ -126,6 +129,10 @@ func (s *sharing) refresh(ctx context.Context) {
 		s.learnFleet(o.Fleet)
 		s.k.setPolicy(scope, s.make(o.Scope))
 	}
+	for _, err := range s.unreported {
+		otel.Handle(fmt.Errorf("cbgrpc: shared policy: %w", err))
+	}
+	s.unreported = s.unreported[:0]
 }
 
 func (s *sharing) read(ctx context.Context, scope string) (coordinator.Overrides, error) {
@@ -147,13 +154,13 @@ func (s *sharing) learnFleet(l coordinator.PolicyLayer) {
 
 // make lays the fleet default and scope, a scope's own layer, over the
 // code's policy. A layer that does not make a valid policy with the code's
-// is left out and reported, once.
+// is left out and reported, once. It may run with the table's lock held.
 func (s *sharing) make(scope coordinator.PolicyLayer) *inForce {
 	p, src, err := coordinator.Overrides{Fleet: s.fleet, Scope: scope}.Apply(s.code)
 	if err != nil {
 		if msg := err.Error(); msg != s.reported {
 			s.reported = msg
-			otel.Handle(fmt.Errorf("cbgrpc: shared policy: %w", err))
+			s.unreported = append(s.unreported, err)
 		}
 	}
 	return &inForce{p: p, src: src, layer: scope}

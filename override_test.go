@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,39 +162,69 @@ func waitPolicy(t *testing.T, b *Breaker, call func(string, error) error, scope,
 
 // TestSharedPolicyLeavesOutWhatBreaksTheCode: an override checked against
 // DefaultPolicy may not fit a Breaker's own policy (OpenFor past its
-// MaxOpenFor): that Breaker leaves it out, runs on what remains, and
-// reports why, once.
+// MaxOpenFor), or stop fitting when the fleet default changes: that
+// Breaker leaves it out, runs on what remains, and reports why, once per
+// cause, to an error handler that may itself ask the Breaker.
 func TestSharedPolicyLeavesOutWhatBreaksTheCode(t *testing.T) {
-	var mu sync.Mutex
-	var reported []error
+	var (
+		mu       sync.Mutex
+		reported []error
+		b        atomic.Pointer[Breaker]
+	)
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		if b := b.Load(); b != nil {
+			b.Policy("fragile") // no lock of the Breaker's is held
+		}
 		mu.Lock()
 		reported = append(reported, err)
 		mu.Unlock()
 	}))
 	t.Cleanup(func() { otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Print(err) })) })
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, err := range reported {
+			if !errors.Is(err, coordinator.ErrInvalidPolicy) {
+				t.Errorf("reported %v; want an invalid policy", err)
+			}
+		}
+		return len(reported)
+	}
 
 	c := memory.New()
 	code := coordinator.DefaultPolicy()
 	code.MaxOpenFor = 10 * time.Second
-	b := newBreaker(t, c, WithPolicy(code))
+	b.Store(newBreaker(t, c, WithPolicy(code)))
 	ctx := context.Background()
-	tk, err := b.admit(ctx, "fragile", testMethod)
+	tk, err := b.Load().admit(ctx, "fragile", testMethod)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.finish(ctx, tk, testMethod, nil)
+	b.Load().finish(ctx, tk, testMethod, nil)
 	set(t, c, coordinator.ScopeTarget("fragile"), "OpenFor=30s") // fine under DefaultPolicy's 60s
 	set(t, c, coordinator.FleetDefault, "MinCalls=7")
 	want := code
 	want.MinCalls = 7
 	eventually(t, "the fleet default alone to apply", func() bool {
-		f := inForceOf(b, "fragile")
+		f := inForceOf(b.Load(), "fragile")
 		return f.p == want && f.src == coordinator.SourceFleet && f.layer.Version != 0
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	if len(reported) != 1 || !errors.Is(reported[0], coordinator.ErrInvalidPolicy) {
-		t.Errorf("reported %v; want one error saying the scope's override is left out", reported)
+	if n := count(); n != 1 {
+		t.Errorf("%d reports; want one, the scope's override left out: %v", n, reported)
 	}
+
+	// A fleet default that makes the fitting override misfit: reported
+	// once more, from the remaking of every scope's policy.
+	set(t, c, coordinator.ScopeTarget("fragile"), "OpenFor=8s")
+	eventually(t, "the scope's override to fit and apply", func() bool {
+		return inForceOf(b.Load(), "fragile").src == coordinator.SourceScope
+	})
+	set(t, c, coordinator.FleetDefault, "MaxOpenFor=7s")
+	want.MaxOpenFor = 7 * time.Second
+	eventually(t, "the fleet default alone to apply again", func() bool {
+		f := inForceOf(b.Load(), "fragile")
+		return f.p == want && f.src == coordinator.SourceFleet
+	})
+	eventually(t, "the second report", func() bool { return count() == 2 })
+
 }
