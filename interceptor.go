@@ -93,16 +93,16 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	b.stop = stop
 	b.goBackground(func() { b.forgetIdle(ctx) })
+	warm := b.warmUp()
 	var share *sharing
 	if ctl, ok := c.(coordinator.Controller); ok {
 		share = newSharing(ctl, known, cfg.policy, maxAge == 0)
-		b.goBackground(func() { share.run(ctx) })
+		b.goBackground(func() { share.run(ctx, warm) })
 	}
 	if maxAge > 0 {
 		f := &feed{w: w, k: b.known, share: share, tell: b.notify.tell, lost: func(err error) { b.tel.feedLost(ctx, err) }}
 		b.goBackground(func() { f.run(ctx) })
 	}
-	b.warmUp()
 	return b, nil
 }
 
@@ -138,15 +138,20 @@ const warmUpTimeout = 5 * time.Second
 // client dials its connection): under load that can exceed the
 // coordinator timeout and send a process that just started into back-off,
 // its calls unprotected. Its outcome is of no interest.
-func (b *Breaker) warmUp() {
+//
+// The returned channel is closed when it is over.
+func (b *Breaker) warmUp() <-chan struct{} {
+	done := make(chan struct{})
 	b.admits.Add(1)
 	go func() {
 		defer b.admits.Done()
+		defer close(done)
 		defer func() { recover() }() // a panicking coordinator is reported by the first real call
 		ctx, cancel := context.WithTimeout(context.Background(), warmUpTimeout)
 		defer cancel()
 		b.c.Snapshot(ctx, "", b.cfg.policy)
 	}()
+	return done
 }
 
 func mustNew(fn string, c coordinator.Coordinator, opts []Option) *Breaker {

@@ -90,8 +90,15 @@ func (s *sharing) fleetChanged() {
 	s.k.signalPolicies()
 }
 
-// run reads what is stale until ctx ends.
-func (s *sharing) run(ctx context.Context) {
+// run reads what is stale until ctx ends, from when warm is closed: the
+// Breaker's first coordinator call dials the connection the reads then
+// share, instead of each dialling one of its own.
+func (s *sharing) run(ctx context.Context, warm <-chan struct{}) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-warm:
+	}
 	t := time.NewTicker(overridePoll)
 	defer t.Stop()
 	for {
