@@ -30,6 +30,8 @@ values are durations (30s), whole numbers or ratios (0.5). An override that woul
 make a valid policy over DefaultPolicy (and the fleet default) is refused, naming the
 field, with exit status 2, and nothing is stored. set prints the layers now stored and
 the policy they make over DefaultPolicy, with the fingerprint cbctl show reports for it.
+Like isolate, set and reset wait for the master's replicas, and exit with status 4
+when none confirmed the change.
 `
 
 // moreHelp is what a command's help says beyond its synopsis and brief.

@@ -53,7 +53,7 @@ func TestCLISentinel(t *testing.T) {
 }
 
 // A change no replica confirmed is a warning and exit status 4; one that
-// some replicas confirmed, a note.
+// some replicas confirmed, a note. A change of the shared policy too.
 func TestCLIUnconfirmed(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartSentinel(t)
@@ -63,7 +63,12 @@ func TestCLIUnconfirmed(t *testing.T) {
 	c.wantReplicas(0, "cbctl: enable: note: confirmed by 1 of 2 replicas within 200ms; a failover to another may lose it",
 		replicasJSON{Wanted: 2, Confirmed: 1}, "enable", "svc/b", "--replicas", "2", "--replica-timeout", "200ms")
 
+	// The shared policy's changes wait for the replicas as well.
+	c.want(0, "scope override: MinCalls=25", "", "policy", "set", "svc/b", "min_calls=25", "--replica-timeout", "200ms")
+
 	s.CutReplication(t)
+	c.want(4, "scope override: MinCalls=30", "cbctl: policy: warning: not confirmed by any replica (0 of 1 within 200ms)",
+		"policy", "set", "svc/b", "min_calls=30", "--replica-timeout", "200ms")
 	r := c.want(4, "closed -> isolated", "cbctl: isolate: warning: not confirmed by any replica (0 of 1 within 200ms): "+
 		"the change is in force on the master, but a failover now would lose it; run the command again once the replicas are back",
 		"isolate", "svc/b", "--reason", "cut", "--replica-timeout", "200ms")
