@@ -311,13 +311,13 @@ func (b *Breaker) admit(ctx context.Context, scope, method string) (ticket, erro
 		return b.decideWithout(ctx, c, err)
 	}
 	if d.Verdict == coordinator.Allow && d.State == coordinator.StateClosed {
-		if e := b.ramping(ctx, c, d.RampLeft, pol.p); e != nil {
+		if e := b.ramping(ctx, c, d.RampLeft, &pol.p); e != nil {
 			return ticket{}, e
 		}
 		// The window's counts of the generation admitted under, as the
 		// last Record said them.
 		if f.gen == d.Generation {
-			if e := b.throttling(ctx, c, f, pol.p); e != nil {
+			if e := b.throttling(ctx, c, f, &pol.p); e != nil {
 				return ticket{}, e
 			}
 		}
@@ -338,7 +338,8 @@ func (b *Breaker) admit(ctx context.Context, scope, method string) (ticket, erro
 // trip: the admission cache.
 func (b *Breaker) admitKnown(ctx context.Context, c call, f fact) (ticket, error) {
 	if admitsAll(f.state) {
-		p := b.known.policyIn(f).p
+		// The policy in force is never changed once made: no copy.
+		p := &b.known.policyIn(f).p
 		if f.state == coordinator.StateClosed && !f.rampEnd.IsZero() {
 			if e := b.ramping(ctx, c, f.rampEnd.Sub(c.start), p); e != nil {
 				return ticket{}, e

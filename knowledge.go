@@ -226,9 +226,8 @@ func (k *knowledge) learn(epoch uint64, scope string, a answer, now time.Time) {
 		return
 	}
 	e := k.row(scope)
-	if a.saysPolicy && e.policy.version() != a.policyVersion {
-		k.stale[scope] = struct{}{}
-		k.signalPolicies()
+	if a.saysPolicy {
+		k.versionSaid(scope, e, a.policyVersion)
 	}
 	if !newer(f, e.fact) {
 		return

@@ -120,7 +120,7 @@ func (s *sharing) run(ctx context.Context, warm <-chan struct{}) {
 // runs on. What cannot be read stays stale until the next tick.
 func (s *sharing) refresh(ctx context.Context) {
 	if s.fleetStale.Swap(false) {
-		o, err := s.read(ctx, "")
+		o, err := s.read(ctx, coordinator.FleetDefault)
 		if err != nil {
 			s.fleetStale.Store(true)
 		} else {
@@ -128,7 +128,7 @@ func (s *sharing) refresh(ctx context.Context) {
 		}
 	}
 	for _, scope := range s.k.stalePolicies() {
-		o, err := s.read(ctx, scope)
+		o, err := s.read(ctx, coordinator.ScopeTarget(scope))
 		if err != nil {
 			s.k.stalePolicy(scope)
 			continue
@@ -142,10 +142,10 @@ func (s *sharing) refresh(ctx context.Context) {
 	s.unreported = s.unreported[:0]
 }
 
-func (s *sharing) read(ctx context.Context, scope string) (coordinator.Overrides, error) {
+func (s *sharing) read(ctx context.Context, t coordinator.Target) (coordinator.Overrides, error) {
 	ctx, cancel := context.WithTimeout(ctx, overridePoll)
 	defer cancel()
-	return s.ctl.Overrides(ctx, scope)
+	return s.ctl.Overrides(ctx, t)
 }
 
 // learnFleet takes the fleet default as read, if it is another: every
@@ -203,7 +203,15 @@ func (k *knowledge) policyOf(scope string) *inForce {
 func (k *knowledge) saidPolicy(scope string, version uint64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if e := k.scopes[scope]; e != nil && e.policy.version() != version {
+	if e := k.scopes[scope]; e != nil {
+		k.versionSaid(scope, e, version)
+	}
+}
+
+// versionSaid is saidPolicy of e, scope's row, for every answer that says
+// the version (learn) and for the feed. k.mu is held.
+func (k *knowledge) versionSaid(scope string, e *known, version uint64) {
+	if e.policy.version() != version {
 		k.stale[scope] = struct{}{}
 		k.signalPolicies()
 	}

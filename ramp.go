@@ -30,7 +30,7 @@ func rampShare(left, rampFor time.Duration) float64 {
 // counted as outcomes. The coordinator counts the ramp on its own clock
 // (Decision.RampLeft, a recovery heard on the feed), so the fleet ramps in
 // step. It returns the rejection, or nil to admit.
-func (b *Breaker) ramping(ctx context.Context, c call, left time.Duration, p coordinator.Policy) *OpenError {
+func (b *Breaker) ramping(ctx context.Context, c call, left time.Duration, p *coordinator.Policy) *OpenError {
 	rampFor := p.RampFor
 	if left <= 0 || rampFor <= 0 {
 		return nil

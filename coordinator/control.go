@@ -78,8 +78,9 @@ type Controller interface {
 	// no override changes nothing and publishes nothing.
 	ResetOverride(ctx context.Context, t Target, n Note) (Overrides, error)
 
-	// Overrides reads the fleet default and scope's override.
-	Overrides(ctx context.Context, scope string) (Overrides, error)
+	// Overrides reads the layers of t: the fleet default and, for a
+	// scope, its override, as SetOverride of t returns them.
+	Overrides(ctx context.Context, t Target) (Overrides, error)
 }
 
 // Replication is whether an operator's change reached the replicas of the

@@ -18,30 +18,30 @@ import (
 // sets nothing.
 type Override map[string]string
 
-// policyField is one field of Policy as an override names and sets it.
+// policyField is one field of Policy as an override names and sets it:
+// get gives a pointer to it, whose type says how its text reads.
 type policyField struct {
 	name string
-	kind byte // 'd' duration, 'i' int, 'f' float
 	get  func(*Policy) any
 }
 
 // policyFields are Policy's fields in declaration order: the order
 // overrides, encodings and fingerprints list them.
 var policyFields = []policyField{
-	{"Window", 'd', func(p *Policy) any { return &p.Window }},
-	{"Buckets", 'i', func(p *Policy) any { return &p.Buckets }},
-	{"MinCalls", 'i', func(p *Policy) any { return &p.MinCalls }},
-	{"FailureRatio", 'f', func(p *Policy) any { return &p.FailureRatio }},
-	{"ConsecutiveFailures", 'i', func(p *Policy) any { return &p.ConsecutiveFailures }},
-	{"SlowCallDuration", 'd', func(p *Policy) any { return &p.SlowCallDuration }},
-	{"SlowCallRatio", 'f', func(p *Policy) any { return &p.SlowCallRatio }},
-	{"OpenFor", 'd', func(p *Policy) any { return &p.OpenFor }},
-	{"MaxOpenFor", 'd', func(p *Policy) any { return &p.MaxOpenFor }},
-	{"Probes", 'i', func(p *Policy) any { return &p.Probes }},
-	{"ProbeLease", 'd', func(p *Policy) any { return &p.ProbeLease }},
-	{"ProbeSuccesses", 'i', func(p *Policy) any { return &p.ProbeSuccesses }},
-	{"RampFor", 'd', func(p *Policy) any { return &p.RampFor }},
-	{"Throttle", 'f', func(p *Policy) any { return &p.Throttle }},
+	{"Window", func(p *Policy) any { return &p.Window }},
+	{"Buckets", func(p *Policy) any { return &p.Buckets }},
+	{"MinCalls", func(p *Policy) any { return &p.MinCalls }},
+	{"FailureRatio", func(p *Policy) any { return &p.FailureRatio }},
+	{"ConsecutiveFailures", func(p *Policy) any { return &p.ConsecutiveFailures }},
+	{"SlowCallDuration", func(p *Policy) any { return &p.SlowCallDuration }},
+	{"SlowCallRatio", func(p *Policy) any { return &p.SlowCallRatio }},
+	{"OpenFor", func(p *Policy) any { return &p.OpenFor }},
+	{"MaxOpenFor", func(p *Policy) any { return &p.MaxOpenFor }},
+	{"Probes", func(p *Policy) any { return &p.Probes }},
+	{"ProbeLease", func(p *Policy) any { return &p.ProbeLease }},
+	{"ProbeSuccesses", func(p *Policy) any { return &p.ProbeSuccesses }},
+	{"RampFor", func(p *Policy) any { return &p.RampFor }},
+	{"Throttle", func(p *Policy) any { return &p.Throttle }},
 }
 
 // separators are what may part the words of a field's name. Built once:
@@ -217,15 +217,22 @@ func (o Override) String() string {
 	return b.String()
 }
 
-// Encode writes every field of p as an [Override] would: the form in which
-// a coordinator stores the policies Records carried (Snapshot.Policies),
-// and what [Policy.Fingerprint] digests.
+// Encode writes every field of p as [Override.String] would write an
+// override that sets them all: the form in which a coordinator stores the
+// policies Records carried (Snapshot.Policies), and what
+// [Policy.Fingerprint] digests. Every Record encodes its policy, so it
+// writes the fields straight out.
 func (p Policy) Encode() string {
-	o := make(Override, len(policyFields))
-	for _, f := range policyFields {
-		o[f.name] = f.format(&p)
+	var b strings.Builder
+	for i, f := range policyFields {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(f.name)
+		b.WriteByte('=')
+		b.WriteString(f.format(&p))
 	}
-	return o.String()
+	return b.String()
 }
 
 // DecodePolicy reads what [Policy.Encode] wrote. It does not validate: a

@@ -76,12 +76,9 @@ func cmdShow(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer cancel()
-	s, err := c.Snapshot(ctx, pos[0], p)
+	s, err := snapshotOf(ctx, c, p, pos[0], false, "")
 	if err != nil {
 		return err
-	}
-	if s.Generation == 0 {
-		return notFound(pos[0], "")
 	}
 	if e.json {
 		return writeJSON(e.stdout, toJSON(s))
@@ -153,20 +150,28 @@ func (e *env) checkReplicaFlags() error {
 	return nil
 }
 
+// snapshotOf reads scope's snapshot and, unless allow, refuses a scope
+// that is not born with notFound(scope, hint): a command on it is most
+// likely a mistyped scope, and a change stored for it (an isolation, an
+// override) would stay in Redis for good while the real scope runs on
+// without it.
+func snapshotOf(ctx context.Context, c *cbredis.Coordinator, p coordinator.Policy, scope string, allow bool, hint string) (coordinator.Snapshot, error) {
+	s, err := c.Snapshot(ctx, scope, p)
+	if err == nil && s.Generation == 0 && !allow {
+		err = notFound(scope, hint)
+	}
+	return s, err
+}
+
 // control makes one operator's change, op one of isolate, release,
 // disable and enable, for the command of that name and for the
 // dashboard's buttons alike. It refuses a scope that has no state unless
 // create is set, and says what an isolate of an isolated breaker (a
 // disable of a disabled one) replaced, since those make no transition.
 func control(ctx context.Context, c *cbredis.Coordinator, p coordinator.Policy, op, scope string, n coordinator.Note, create bool) (coordinator.Result, update, error) {
-	before, err := c.Snapshot(ctx, scope, p)
+	before, err := snapshotOf(ctx, c, p, scope, create, fmt.Sprintf("; check the name with cbctl list, or give --create to %s it anyway", op))
 	if err != nil {
 		return coordinator.Result{}, update{}, err
-	}
-	if before.Generation == 0 && !create {
-		// Most likely a mistyped scope: isolating it would leave an
-		// isolation in Redis for good while the real scope keeps failing.
-		return coordinator.Result{}, update{}, notFound(scope, fmt.Sprintf("; check the name with cbctl list, or give --create to %s it anyway", op))
 	}
 	var res coordinator.Result
 	switch op {

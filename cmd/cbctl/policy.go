@@ -90,12 +90,14 @@ func cmdPolicy(ctx context.Context, e *env, args []string) error {
 	if sub == "show" {
 		return showPolicy(ctx, e, c, p, target)
 	}
-	before, err := c.Overrides(ctx, target.Scope)
+	before, err := c.Overrides(ctx, target)
 	if err != nil {
 		return err
 	}
-	if sub == "set" && !target.Fleet && !*create && before.Scope.Version == 0 {
-		if err := mustHaveState(ctx, c, p, target.Scope, "; check the name with cbctl list, or give --create to set its override anyway"); err != nil {
+	if sub == "set" && !target.Fleet {
+		// A scope once overridden is known, whatever its state.
+		if _, err := snapshotOf(ctx, c, p, target.Scope, *create || before.Scope.Version != 0,
+			"; check the name with cbctl list, or give --create to set its override anyway"); err != nil {
 			return err
 		}
 	}
@@ -112,11 +114,6 @@ func cmdPolicy(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	changed := layerOf(after, target).Version != layerOf(before, target).Version
-	if target.Fleet {
-		// Only the fleet default is asked about: a scope layer here would
-		// be scope ""'s, read along with it.
-		after.Scope = coordinator.PolicyLayer{}
-	}
 	res, _, applyErr := after.Apply(p)
 	if e.json {
 		out := layersJSON(target, after)
@@ -150,28 +147,12 @@ func cmdPolicy(ctx context.Context, e *env, args []string) error {
 	return e.confirmed(after.Replicas)
 }
 
-// mustHaveState refuses a scope that has no state, as the commands that
-// change a breaker do: most likely a typo, and an override stored for it
-// would stay while the real scope runs on without it.
-func mustHaveState(ctx context.Context, c *cbredis.Coordinator, p coordinator.Policy, scope, hint string) error {
-	s, err := c.Snapshot(ctx, scope, p)
-	if err != nil {
-		return err
-	}
-	if s.Generation == 0 {
-		return notFound(scope, hint)
-	}
-	return nil
-}
-
 func showPolicy(ctx context.Context, e *env, c *cbredis.Coordinator, p coordinator.Policy, target coordinator.Target) error {
-	ov, err := c.Overrides(ctx, target.Scope)
+	ov, err := c.Overrides(ctx, target)
 	if err != nil {
 		return err
 	}
 	if target.Fleet {
-		// Overrides("") read scope ""'s layer along with the fleet default.
-		ov.Scope = coordinator.PolicyLayer{}
 		if e.json {
 			return writeJSON(e.stdout, layersJSON(target, ov))
 		}
@@ -179,12 +160,10 @@ func showPolicy(ctx context.Context, e *env, c *cbredis.Coordinator, p coordinat
 		writeLayers(tw, target, ov)
 		return tw.Flush()
 	}
-	s, err := c.Snapshot(ctx, target.Scope, p)
+	s, err := snapshotOf(ctx, c, p, target.Scope, ov.Scope.Version != 0,
+		" and it has no override; cbctl policy show --default shows the fleet default")
 	if err != nil {
 		return err
-	}
-	if s.Generation == 0 && ov.Scope.Version == 0 {
-		return notFound(target.Scope, " and it has no override; cbctl policy show --default shows the fleet default")
 	}
 	if e.json {
 		out := layersJSON(target, ov)

@@ -15,7 +15,7 @@ import (
 // overrides is what the coordinator stores for scope and the fleet.
 func (f *fleet) overrides(scope string) coordinator.Overrides {
 	f.t.Helper()
-	o, err := f.c.Overrides(context.Background(), scope)
+	o, err := f.c.Overrides(context.Background(), coordinator.ScopeTarget(scope))
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -72,7 +72,8 @@ func (c *Coordinator) layer(t coordinator.Target) coordinator.PolicyLayer {
 	return c.policies.scopes[t.Scope]
 }
 
-// overridesOf is what SetOverride of t returns. c.mu is held.
+// overridesOf is what Overrides and SetOverride of t return. c.mu is
+// held.
 func (c *Coordinator) overridesOf(t coordinator.Target) coordinator.Overrides {
 	if t.Fleet {
 		return coordinator.Overrides{Fleet: c.policies.fleet}
@@ -86,11 +87,11 @@ func (c *Coordinator) policyVersion(scope string) uint64 {
 }
 
 // Overrides implements [coordinator.Controller].
-func (c *Coordinator) Overrides(ctx context.Context, scope string) (coordinator.Overrides, error) {
+func (c *Coordinator) Overrides(ctx context.Context, t coordinator.Target) (coordinator.Overrides, error) {
 	if err := ctx.Err(); err != nil {
-		return coordinator.Overrides{}, fmt.Errorf("memory coordinator: overrides of %q: %w", scope, err)
+		return coordinator.Overrides{}, fmt.Errorf("memory coordinator: overrides of %v: %w", t, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.overridesOf(coordinator.ScopeTarget(scope)), nil
+	return c.overridesOf(t), nil
 }

@@ -103,52 +103,47 @@ func (c *Coordinator) policyKeys(t coordinator.Target) (key, channel string) {
 	return k[keyPolicy], k[keyChannel]
 }
 
-// Overrides implements [coordinator.Controller]: the fleet default and the
-// scope's override, two reads (they live in different slots).
-func (c *Coordinator) Overrides(ctx context.Context, scope string) (coordinator.Overrides, error) {
-	o, err := c.readOverrides(ctx, coordinator.ScopeTarget(scope))
+// Overrides implements [coordinator.Controller]: the fleet default and,
+// for a scope, its override, a read each (they live in different slots).
+func (c *Coordinator) Overrides(ctx context.Context, t coordinator.Target) (coordinator.Overrides, error) {
+	o, err := c.readOverrides(ctx, t)
 	if err != nil {
-		return coordinator.Overrides{}, fmt.Errorf("redis coordinator: overrides of %s: %w", abbreviate(scope), err)
+		return coordinator.Overrides{}, fmt.Errorf("redis coordinator: overrides of %v: %w", t, err)
 	}
 	return o, nil
 }
 
 // readOverrides reads the fleet default and, unless t is the fleet
 // default, t's scope's override.
-func (c *Coordinator) readOverrides(ctx context.Context, t coordinator.Target) (coordinator.Overrides, error) {
-	var o coordinator.Overrides
+func (c *Coordinator) readOverrides(ctx context.Context, t coordinator.Target) (o coordinator.Overrides, err error) {
 	fleet, _ := fleetKeys(c.prefix)
-	targets := []struct {
-		key   string
-		layer *coordinator.PolicyLayer
-	}{{fleet, &o.Fleet}}
-	if !t.Fleet {
-		key, _ := c.policyKeys(t)
-		targets = append(targets, struct {
-			key   string
-			layer *coordinator.PolicyLayer
-		}{key, &o.Scope})
+	if o.Fleet, err = c.readStored(ctx, fleet); err != nil || t.Fleet {
+		return o, err
 	}
-	for _, tg := range targets {
-		v, err := c.client.HMGet(ctx, tg.key, "override", "version", "by", "reason", "at").Result()
-		if err != nil {
-			return o, err
-		}
-		vals := make([]any, len(v))
-		for i, x := range v {
-			if x == nil {
-				x = ""
-			}
-			vals[i] = x
-		}
-		if vals[1] == "" {
-			vals[1], vals[4] = "0", "0"
-		}
-		if *tg.layer, err = readLayer(vals); err != nil {
-			return o, fmt.Errorf("%w: %s: %w", coordinator.ErrCorruptState, tg.key, err)
+	key, _ := c.policyKeys(t)
+	o.Scope, err = c.readStored(ctx, key)
+	return o, err
+}
+
+// readStored reads the policy hash at key; a missing hash is no layer.
+func (c *Coordinator) readStored(ctx context.Context, key string) (coordinator.PolicyLayer, error) {
+	v, err := c.client.HMGet(ctx, key, "override", "version", "by", "reason", "at").Result()
+	if err != nil {
+		return coordinator.PolicyLayer{}, err
+	}
+	if v[1] == nil {
+		return coordinator.PolicyLayer{}, nil
+	}
+	for i := range v {
+		if v[i] == nil {
+			v[i] = ""
 		}
 	}
-	return o, nil
+	l, err := readLayer(v)
+	if err != nil {
+		return l, fmt.Errorf("%w: %s: %w", coordinator.ErrCorruptState, key, err)
+	}
+	return l, nil
 }
 
 // readLayer reads {override, version, by, reason, at ms} as policy.lua
