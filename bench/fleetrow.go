@@ -26,8 +26,8 @@ type FleetRow struct {
 	RedisNetMicros float64 `json:"redis_cpu_us_per_rss_net_of_idle"`
 	// The net figure split, when the run measured its replicas quiet
 	// (FleetConfig.Quiet): what a replica costs with no call, per
-	// replica-second (the feed's heartbeats, 2 a second per node that
-	// serves a scope it follows, and its connections) and that spread
+	// replica-second (the feed's heartbeats, see HeartbeatsPerReplicaSecond,
+	// and its connections) and that spread
 	// over its scopes, per replica-scope-second; and the rest, what the
 	// calls cost (the scripts), per replica-scope-second. QuietSeconds
 	// is how long the replicas were measured quiet, QuietScripts the
@@ -59,8 +59,10 @@ type FleetRow struct {
 	PublishMicros      float64 `json:"publish_exec_us"`
 	Subscribes         int64   `json:"subscribes"`
 	CommandsPerSecond  float64 `json:"commands_per_second"`
-	// The heartbeats the replicas sent, per replica-second: 2 per node
-	// that serves a scope the replica follows.
+	// The heartbeats the replicas sent, per replica-second: per node that
+	// serves a scope the replica follows, 2 every 3 s on its own channel,
+	// and its share of 2 a second on the channel it shares with the
+	// others (coordinator/redis/heartbeat.go).
 	HeartbeatsPerReplicaSecond float64 `json:"heartbeats_per_replica_second"`
 	// The replicas' coordinator calls, as they count them.
 	AdmitsPerRSS  float64 `json:"admits_per_rss"`

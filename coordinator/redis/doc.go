@@ -25,7 +25,9 @@
 //	<prefix>v2:{h}:window          hash: the generation label and the buckets of the window
 //	<prefix>v2:{h}:probes          hash: probe leases, claim -> deadline (Unix ms)
 //	<prefix>v2:{h}:transitions     the scope's transition channel (pub/sub, not a key); it also carries "policy <version>" when the scope's override changes
-//	<prefix>v2:{h}:heartbeat:<id>  a Watch's heartbeat channel (pub/sub), h of a scope it follows
+//	<prefix>v2:{h}:heartbeat       on a Cluster, the heartbeat channel (pub/sub) that Watches share, h of a scope they follow
+//	<prefix>v2:{h}:heartbeat:<id>  on a Cluster, a Watch's own heartbeat channel (pub/sub) beside it
+//	<prefix>v2:{fleet}:heartbeat[:<id>]  on a single server, the same channels: one shared by every Watch
 //	<prefix>v2:{h}:policy          hash: the scope's policy override (override, version, by, reason, at), never expiring
 //	<prefix>v2:{fleet}:policy      hash: the fleet default, likewise, in a slot of its own
 //	<prefix>v2:{fleet}:policy-changes  the fleet default's channel: "policy <version>"
@@ -91,18 +93,23 @@
 // A feed proves that it still hears what the coordinator publishes, since
 // a subscription can go silent without an error (kept on a demoted master
 // after a failover, half-open, behind a proxy that stopped forwarding, on
-// a node that lost the slot). Every 500 ms ([WithHeartbeat]) a Watch
-// publishes a heartbeat, through the client's command connections as the
-// scripts do, on a channel of its own that each of its subscriptions
-// follows. It reports the feed lost ([coordinator.ErrFeedLost], saying
-// why) when a heartbeat reaches no subscriber on the node the commands go
-// to (a failover, a moved slot), when none has come back for 1.5 s (three
-// periods), or when Redis
-// unsubscribes a channel on its own (a slot that moved): within 2 s of the
-// fault, or of the client's following a failover. A Watch that follows no
-// scope holds no subscription and sends no heartbeat. Each heartbeat is
-// one PUBLISH (SPUBLISH on a Cluster): two commands a second per replica
-// and per node that serves a scope it follows.
+// a node that lost the slot). Through the client's command connections,
+// as the scripts publish, the Watches publish heartbeats that their
+// subscriptions follow: every 500 ms ([WithHeartbeat]) one of the Watches
+// that share a heartbeat channel publishes on it, and the others hear it;
+// every 1.5 s each Watch publishes on a channel of its own, whose reply
+// says whether its subscription is on the node the commands reach. A Watch
+// reports the feed lost ([coordinator.ErrFeedLost], saying why) when a
+// heartbeat reaches no subscriber on the node the commands go to (a
+// failover, a moved slot), when none has come for 1.5 s (three periods),
+// or when Redis unsubscribes a channel on its own (a slot that moved):
+// within 2 s of the fault, or of the client's following a failover. A
+// Watch that follows no scope holds no subscription and sends no
+// heartbeat. The cost, per node that serves a scope a replica follows:
+// two commands a second per shared channel, which all its followers
+// receive, and two every three seconds per replica. On a single server
+// every Watch of the prefix shares one channel; on a Cluster, those whose
+// subscription to the node opened for the same scope.
 //
 // An operator's commands ([Coordinator.Isolate], Release, Disable and
 // Enable, of [coordinator.Controller]) run one script, control.lua, and

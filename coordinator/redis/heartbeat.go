@@ -15,66 +15,92 @@ import (
 // after a failover (go-redis never closes a pub/sub connection to the old
 // master), half-open, behind a proxy that stopped forwarding, or on a
 // Cluster node that no longer serves the slot. So a Watch proves its feed
-// end to end. Each subscription also follows a heartbeat channel of the
-// Watch's own, in the slot of the scope it was opened for, and every
-// heartbeat period (WithHeartbeat; 500 ms by default) the Watch publishes
-// on it through the client's command connections, which go where the
-// scripts' PUBLISH goes. The feed is lost when:
-//   - the reply, which counts the subscribers on the node that ran the
-//     command, is 0: the commands reach a node the subscription is not on
-//     (the new master after a failover, the new owner of a slot). Silence
-//     alone would miss this: a demoted master made a replica receives
-//     what the new master publishes once it has resynchronised, but not
-//     what came before (measured with redistest's Sentinel: 0.8 s of
-//     heartbeats lost, then heard again). A client subscribed on the new
-//     master to a pattern matching every channel would hide it;
-//   - no heartbeat has come back for three periods: the path from the node
-//     is broken;
+// end to end, by publishing through the client's command connections,
+// which go where the scripts' PUBLISH goes, on two channels that each of
+// its subscriptions follows besides the scopes' channels (on a Cluster,
+// both in the slot of the scope the subscription was opened for):
+//   - the shared heartbeat channel (sharedChannel), which every Watch on a
+//     single server follows, and on a Cluster every Watch whose
+//     subscription to the node opened for the same scope. Every heartbeat
+//     period (WithHeartbeat; 500 ms by default) one of them publishes its
+//     id on it, and the rest hear it: a Watch publishes unless it heard
+//     another's heartbeat within the last period (so the one that
+//     published last goes on, and the first to notice a silence takes
+//     over). Two that published at once hear each other, and the one with
+//     the greater id yields. So a hot scope's master runs about two
+//     heartbeats a second however many replicas follow it, not two per
+//     replica;
+//   - the Watch's own channel, which only it follows. Every third period
+//     it publishes there, to learn from the reply how many clients of the
+//     node the commands reach follow it: none means that its subscription
+//     is not on that node (a failover, a moved slot). The shared channel
+//     cannot tell this: once another replica has subscribed on the new
+//     master, its count is not zero.
+//
+// The feed is lost when:
+//   - a heartbeat on either channel reaches no subscriber. Silence alone
+//     would miss this: a demoted master made a replica receives what the
+//     new master publishes once it has resynchronised, but not what came
+//     before (measured with redistest's Sentinel: 0.8 s of heartbeats
+//     lost, then heard again). A client subscribed on the new master to a
+//     pattern matching every channel would hide it;
+//   - no heartbeat, on either channel, has come for three periods: the
+//     path from the node is broken;
 //   - Redis unsubscribes a channel on its own: its slot moved (see
 //     confirmed).
 //
-// With the default period, within 2 s, worst case: a path that breaks at F has delivered its last
-// heartbeat at H <= F, and the reader's read deadline is H + 3 periods
-// (plus the time the reader waited for Next to take a transition, which
-// is no silence), so Next reports the loss by F + 1.5 s; a failover or a
-// moved slot by the first heartbeat the client sends to the new node, at
-// most a period and a round trip after the client follows it
-// (measured: 0.5-1.3 s after the replica's promotion with Sentinel, whose
-// announcement takes most of it; 0.05 s on a Cluster, by the
-// unsubscription). A false alarm takes three heartbeats in a row missed,
-// a stall of 1 s; with the package's tests in parallel under -race on 2
-// cores, heartbeats came at most 502 ms apart.
+// With the default period, within 2 s, worst case: a path that breaks at F
+// has delivered its last heartbeat at H <= F, and the reader's read
+// deadline is H + 3 periods (plus the time the reader waited for Next to
+// take a transition, which is no silence), so Next reports the loss by
+// F + 1.5 s; a failover or a moved slot by the first heartbeat the Watch
+// sends to the new node that none of its kind follows there: the next
+// shared heartbeat, at most a period and a round trip after the client
+// follows it, when it is the first of the fleet there, or else its own,
+// at most three periods after (measured: 0.5-1.3 s after the replica's
+// promotion with Sentinel, whose announcement takes most of it; 0.05 s on
+// a Cluster, by the unsubscription). A false alarm takes three periods in
+// a row with no heartbeat, a stall of 1 s; with the package's tests in
+// parallel under -race on 2 cores, heartbeats came at most 502 ms apart.
 //
-// The cost: 2 commands a second per replica and per node that serves a
-// scope it follows (a replica that follows no scope sends none). Measured
-// by BenchmarkHeartbeat on a 2-core VM, each heartbeat its own turn of an
-// idle server's event loop: 85-130 µs of Redis CPU a second per replica
-// and node on one server (INFO cpu; PUBLISH's own execution, INFO
-// commandstats, is 5-13 µs of it, the rest reading the command and writing
-// two replies, as for any command here), 150-210 µs on a Cluster node
-// (SPUBLISH 12-17 µs). A busy server, whose event loop serves many
-// connections a turn, spends 15 µs a heartbeat (BenchmarkBusyServer): 30
-// µs a second per replica and node, what capacity is planned by.
-// Heartbeats every 250 ms cost twice that and only hear of a failover
-// sooner.
+// The cost, per node that serves a scope the replica follows: a third of a
+// command a period per replica (its own channel), and a command a period
+// per shared channel, which every follower of it receives. Redis spends
+// about 15 µs a command on a busy server (BenchmarkBusyServer), 40-80 µs
+// on an idle one, where each command is its own turn of the event loop.
+// A heartbeat every period from every replica, as before the shared
+// channel, cost three times as many commands.
 // The defaults; WithHeartbeat sets another period, and the silence bound
 // is always three periods.
 const (
 	heartbeatEvery = 500 * time.Millisecond
 	silenceBound   = 3 * heartbeatEvery
+	// ownEvery is how many periods apart a Watch publishes on its own
+	// channel: the silence bound, so that a failover is told within it.
+	ownEvery = 3
 )
 
 // silence is how long a subscription may hear no heartbeat before its
 // feed is lost.
 func (c *Coordinator) silence() time.Duration { return 3 * c.heartbeat }
 
-// heartbeatChannel names the heartbeat channel of the Watch id on the
-// subscription that opened with ch, a scope's channel: in ch's hash tag,
-// so that the channel lives in the slot of that scope, on the node the
-// subscription is on. The prefix holds no brace (see New): the first '}'
-// ends the tag.
-func heartbeatChannel(ch, id string) string {
-	return ch[:strings.IndexByte(ch, '}')+1] + ":heartbeat:" + id
+// heartbeatChannel names the own heartbeat channel of the Watch id on
+// the subscription that opened with ch, a scope's channel.
+func (c *Coordinator) heartbeatChannel(ch, id string) string {
+	return c.sharedChannel(ch) + ":" + id
+}
+
+// sharedChannel names the heartbeat channel shared by the subscriptions
+// that opened with ch. On a Cluster it is in ch's hash tag, so that it
+// lives in the slot of that scope, on the node the subscription is on,
+// and is shared by the Watches that followed that scope first there. A
+// single server has no slots: every Watch of the prefix shares one. The
+// prefix holds no brace (see New): the first '}' ends the tag.
+func (c *Coordinator) sharedChannel(ch string) string {
+	if !c.sharded {
+		return c.prefix + layout + ":{fleet}:heartbeat"
+	}
+	return ch[:strings.IndexByte(ch, '}')+1] + ":heartbeat"
 }
 
 // beat publishes the heartbeats every period until the Watch ends.
@@ -84,60 +110,102 @@ func (w *watch) beat() {
 	defer w.wg.Done()
 	tick := time.NewTicker(w.c.heartbeat)
 	defer tick.Stop()
-	for {
+	for n := 0; ; n++ {
 		select {
 		case <-w.life.Done():
 			return
 		case <-tick.C:
 		}
-		w.publish()
+		w.publish(n%ownEvery == 0)
 	}
 }
 
-// publish sends one heartbeat on every subscription whose heartbeat
-// channel Redis confirmed, in one pipeline (on a Cluster, one round trip
-// per node, in parallel), and ends the Watch if one reached no subscriber.
-func (w *watch) publish() {
+// shares reports whether s publishes on its shared channel this period:
+// unless it heard another Watch's heartbeat there within the last period,
+// or, when it published there itself the period before, unless one of
+// them came from a Watch of a smaller id. w.mu is held.
+func (s *sub) shares(now time.Time, period time.Duration) bool {
+	recent := func(t time.Time) bool { return now.Sub(t) < period }
+	s.sharing = !recent(s.other) || s.sharing && !recent(s.smaller)
+	return s.sharing
+}
+
+// heardShared notes a heartbeat heard on s's shared channel from the
+// Watch id, at.
+func (w *watch) heardShared(s *sub, id string, at time.Time) {
+	if id == w.id {
+		return
+	}
 	w.mu.Lock()
-	var subs []*sub
+	defer w.mu.Unlock()
+	s.other = at
+	if id < w.id {
+		s.smaller = at
+	}
+}
+
+// A heartbeat is one publication on a subscription's heartbeat channels.
+type heartbeat struct {
+	s    *sub
+	own  bool // on the Watch's own channel; else on the shared one
+	sent *goredis.IntCmd
+}
+
+// publish sends the heartbeats due on every subscription whose heartbeat
+// channels Redis confirmed, on its own channel when own and on the shared
+// one when it shares, in one pipeline (on a Cluster, one round trip per
+// node, in parallel), and ends the Watch if one reached no subscriber.
+func (w *watch) publish(own bool) {
+	now := time.Now()
+	w.mu.Lock()
+	var beats []heartbeat
 	for _, s := range w.subs {
-		if s.beating {
-			subs = append(subs, s)
+		if !s.beating {
+			continue
+		}
+		if own {
+			beats = append(beats, heartbeat{s: s, own: true})
+		}
+		if s.shares(now, w.c.heartbeat) {
+			beats = append(beats, heartbeat{s: s})
 		}
 	}
 	w.mu.Unlock()
-	if len(subs) == 0 {
+	if len(beats) == 0 {
 		return
 	}
 	// A heartbeat later than this is no use: the reader has given up.
 	ctx, cancel := context.WithTimeout(w.life, w.c.silence())
 	defer cancel()
-	sent := make([]*goredis.IntCmd, len(subs))
 	w.c.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for i, s := range subs {
+		for i, b := range beats {
+			ch, msg := b.s.shared, w.id
+			if b.own {
+				ch, msg = b.s.heartbeat, ""
+			}
 			if w.c.sharded {
-				sent[i] = p.SPublish(ctx, s.heartbeat, "")
+				beats[i].sent = p.SPublish(ctx, ch, msg)
 			} else {
-				sent[i] = p.Publish(ctx, s.heartbeat, "")
+				beats[i].sent = p.Publish(ctx, ch, msg)
 			}
 		}
 		return nil
 	})
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for i, s := range subs {
-		n, err := sent[i].Result()
+	for _, b := range beats {
+		n, err := b.sent.Result()
 		switch {
-		case s.closed:
+		case b.s.closed:
 			// Unfollow closed it meanwhile: its subscriber is gone.
 		case err != nil:
 			// The heartbeat will not come: the reader reports the silence.
-			s.unsent = err
+			b.s.unsent = err
 		case n == 0:
 			w.failLocked(fmt.Errorf("redis coordinator: watch: the heartbeat reached no subscriber on the node the commands go to, "+
-				"not%s where the subscription is (a failover, or a moved slot): %w", on(s.node), coordinator.ErrFeedLost))
+				"not%s where the subscription is (a failover, or a moved slot): %w", on(b.s.node), coordinator.ErrFeedLost))
 		default:
-			s.unsent = nil
+			b.s.unsent = nil
 		}
 	}
 }

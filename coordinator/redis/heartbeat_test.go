@@ -127,7 +127,7 @@ func refollow(t *testing.T, ctx context.Context, c *Coordinator, scopes ...strin
 }
 
 // beating waits until every subscription of w publishes heartbeats, and
-// returns their channels.
+// returns their channels, its own and the shared one of each.
 func beating(t *testing.T, w coordinator.Watch) []string {
 	t.Helper()
 	ww := w.(*watch)
@@ -137,10 +137,10 @@ func beating(t *testing.T, w coordinator.Watch) []string {
 		var channels []string
 		for _, s := range ww.subs {
 			if s.beating {
-				channels = append(channels, s.heartbeat)
+				channels = append(channels, s.heartbeat, s.shared)
 			}
 		}
-		all := len(channels) == len(ww.subs)
+		all := len(channels) == 2*len(ww.subs)
 		ww.mu.Unlock()
 		if all && len(channels) > 0 {
 			return channels

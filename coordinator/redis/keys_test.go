@@ -84,8 +84,9 @@ func TestKeysLiveUnderTheLayoutVersion(t *testing.T) {
 		t.Fatalf("Admit after the open period = %+v, %v", d, err)
 	}
 
-	// The Watch's own channels (heartbeats) live under the layout too.
-	layout := regexp.MustCompile(`^deploy:v2:\{[0-9a-f]{64}\}:(state|window|probes|transitions|heartbeat:.+)$`)
+	// The Watch's channels (heartbeats; on a single server, the fleet's)
+	// live under the layout too.
+	layout := regexp.MustCompile(`^deploy:v2:(\{[0-9a-f]{64}\}:(state|window|probes|transitions)|\{fleet\}:heartbeat(:.+)?)$`)
 	k := scopeKeys(prefix, "s")
 	got, err := rdb.Keys(ctx, "*").Result()
 	if err != nil {
@@ -105,7 +106,7 @@ func TestKeysLiveUnderTheLayoutVersion(t *testing.T) {
 	}
 	for _, name := range append(got, channels...) {
 		if !layout.MatchString(name) {
-			t.Errorf("%q is not <prefix>v2:{<sha256>}:<name>", name)
+			t.Errorf("%q is not <prefix>v2:{<sha256>}:<name> nor a heartbeat channel of the fleet", name)
 		}
 	}
 	fields, err := rdb.HKeys(ctx, k[keyState]).Result()

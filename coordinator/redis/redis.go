@@ -108,9 +108,10 @@ func WithReplicaTimeout(d time.Duration) Option {
 // WithHeartbeat sets how often a [Coordinator.Watch] proves its feed
 // (see the package documentation) instead of every 500 ms; 0 is ignored.
 // A feed that hears no heartbeat for three periods is lost. A longer
-// period costs Redis less (two commands a second per replica and node at
-// 500 ms, half that at 1 s) and hears of a silent feed later: within three
-// periods, and of a failover within one. It panics below 10 ms.
+// period costs Redis less (at 500 ms, two commands a second per shared
+// heartbeat channel and two every three seconds per replica and node; half
+// that at 1 s) and hears of a silent feed, or a failover, later: within
+// three periods. It panics below 10 ms.
 func WithHeartbeat(every time.Duration) Option {
 	return optionFunc(func(c *Coordinator) {
 		if every != 0 {

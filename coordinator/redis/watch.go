@@ -76,14 +76,20 @@ type watch struct {
 }
 
 // sub is one subscription: a connection to one node, which carries the
-// Watch's heartbeats from that node besides the scopes' channels.
+// heartbeats from that node besides the scopes' channels (heartbeat.go).
 type sub struct {
 	ps        *goredis.PubSub
 	node      string // its key in watch.subs
-	heartbeat string // the channel of its heartbeats
+	heartbeat string // the channel of the Watch's own heartbeats
+	shared    string // the channel of the heartbeats shared with other Watches
 	channels  int    // scope channels followed on it, or being followed
 	closed    bool   // closed because it follows nothing more: its reader ends quietly
-	beating   bool   // Redis confirmed the heartbeat channel: heartbeats go out
+	beating   bool   // Redis confirmed the heartbeat channels: heartbeats go out
+	// sharing: it published on the shared channel the last period; other
+	// and smaller: when it last heard another Watch's heartbeat there,
+	// and one of a Watch with a smaller id (see shares).
+	sharing        bool
+	other, smaller time.Time
 	// leaving counts the unsubscriptions asked for and not yet confirmed,
 	// by channel: any other one is Redis's own doing.
 	leaving map[string]int
@@ -170,11 +176,11 @@ func (w *watch) subscribe(ctx context.Context, ch string) error {
 	case s == nil:
 		// The channel goes with the new subscription: a sharded one
 		// connects to the node that owns its first channel.
-		s = &sub{node: node, heartbeat: heartbeatChannel(ch, w.id), leaving: make(map[string]int)}
+		s = &sub{node: node, heartbeat: w.c.heartbeatChannel(ch, w.id), shared: w.c.sharedChannel(ch), leaving: make(map[string]int)}
 		if w.c.sharded {
-			s.ps = cc.SSubscribe(ctx, ch, s.heartbeat)
+			s.ps = cc.SSubscribe(ctx, ch, s.heartbeat, s.shared)
 		} else {
-			s.ps = w.c.client.Subscribe(ctx, ch, s.heartbeat)
+			s.ps = w.c.client.Subscribe(ctx, ch, s.heartbeat, s.shared)
 		}
 		w.mu.Lock()
 		if w.err != nil {
@@ -279,7 +285,12 @@ func (w *watch) read(s *sub) {
 		}
 		switch m := msg.(type) {
 		case *goredis.Message:
-			if m.Channel == s.heartbeat {
+			switch m.Channel {
+			case s.shared:
+				heard = time.Now()
+				w.heardShared(s, m.Payload, heard)
+				continue
+			case s.heartbeat:
 				heard = time.Now()
 				continue
 			}
@@ -303,7 +314,7 @@ func (w *watch) read(s *sub) {
 				w.fail(err)
 				return
 			}
-			if m.Channel == s.heartbeat {
+			if m.Channel == s.shared {
 				heard = time.Now()
 			}
 		}
@@ -359,7 +370,7 @@ func (w *watch) policyChanged(ch, version string) error {
 
 // confirmed takes Redis's word on a change of s's channels: it wakes up
 // the Follow waiting for a subscription, and starts the heartbeats once
-// their channel is subscribed. An unsubscription the Watch did not ask
+// their channels are subscribed (the shared one is confirmed last). An unsubscription the Watch did not ask
 // for (Redis 7 sends one to the subscribers of a slot that moved away) is
 // a lost feed.
 func (w *watch) confirmed(s *sub, m *goredis.Subscription) error {
@@ -371,10 +382,10 @@ func (w *watch) confirmed(s *sub, m *goredis.Subscription) error {
 			close(acked)
 			delete(w.pending, m.Channel)
 		}
-		s.beating = s.beating || m.Channel == s.heartbeat
+		s.beating = s.beating || m.Channel == s.shared
 	case "unsubscribe", "sunsubscribe":
 		if s.leaving[m.Channel] == 0 {
-			what := "the heartbeat channel"
+			what := "a heartbeat channel"
 			if scope, ok := w.scopes[m.Channel]; ok {
 				what = abbreviate(scope)
 			}

@@ -1,0 +1,176 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cbgrpc/cbgrpc/internal/redistest"
+)
+
+// A Watch publishes on the shared channel unless another's heartbeat
+// came there within the last period; of two that published at once, the
+// one with the greater id yields.
+func TestSharedHeartbeatTurns(t *testing.T) {
+	const period = 500 * time.Millisecond
+	now := time.Now()
+	recently, long := now.Add(-period/2), now.Add(-2*period)
+	for _, tc := range []struct {
+		name           string
+		sharing        bool
+		other, smaller time.Time
+		want           bool
+	}{
+		{name: "heard none: it beats", want: true},
+		{name: "heard none for a period: it takes over", other: long, smaller: long, want: true},
+		{name: "heard another: it listens", other: recently, want: false},
+		{name: "heard a smaller id: it listens", other: recently, smaller: recently, want: false},
+		{name: "beating, heard no other: it goes on", sharing: true, want: true},
+		{name: "beating, heard a greater id: it goes on", sharing: true, other: recently, smaller: long, want: true},
+		{name: "beating, heard a smaller id: it yields", sharing: true, other: recently, smaller: recently, want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &sub{sharing: tc.sharing, other: tc.other, smaller: tc.smaller}
+			if got := s.shares(now, period); got != tc.want {
+				t.Errorf("shares = %v; want %v", got, tc.want)
+			}
+			if s.sharing != tc.want {
+				t.Errorf("sharing = %v after shares returned %v", s.sharing, tc.want)
+			}
+		})
+	}
+}
+
+// Watches share one heartbeat a period between them, and each publishes
+// on its own channel every third period: a hot scope's master runs about
+// a heartbeat a period, not one per replica. On a single server every
+// Watch shares one channel, whatever scope it follows; on a Cluster,
+// those whose subscription to a node opened for the same scope.
+func TestWatchesShareOneHeartbeat(t *testing.T) {
+	t.Parallel()
+	t.Run("server", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		shareOneHeartbeat(t, func() goredis.UniversalClient { return srv.Client(t) }, func(i int) string { return "s" + strconv.Itoa(i) })
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		cluster := redistest.StartCluster(t)
+		shareOneHeartbeat(t, func() goredis.UniversalClient { return cluster.Client(t) }, func(int) string { return "hot" })
+	})
+}
+
+// shareOneHeartbeat has Watches, each of its own client, follow scope(i),
+// and counts what they publish on their heartbeat channels.
+func shareOneHeartbeat(t *testing.T, client func() goredis.UniversalClient, scope func(i int) string) {
+	const (
+		watches = 8
+		period  = 100 * time.Millisecond
+		span    = 30 * period
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var channels []string
+	shared := ""
+	for i := range watches {
+		w := follow(t, ctx, New(client(), WithHeartbeat(period)), scope(i))
+		beats := beating(t, w)
+		if shared != "" && beats[1] != shared {
+			t.Fatalf("Watches on channels %q and %q; want one", shared, beats[1])
+		}
+		shared = beats[1]
+		channels = append(channels, beats[0])
+	}
+	channels = append(channels, shared)
+	// What the Watches publish, heard beside them.
+	rdb := client()
+	heartbeats := rdb.Subscribe(ctx, channels...)
+	if _, ok := rdb.(*goredis.ClusterClient); ok {
+		heartbeats = rdb.SSubscribe(ctx, channels...)
+	}
+	defer heartbeats.Close()
+	for range channels {
+		if _, err := heartbeats.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counted, stop := context.WithTimeout(ctx, span)
+	defer stop()
+	sharedBeats, own := 0, 0
+	publishers := map[string]int{}
+	for {
+		m, err := heartbeats.ReceiveTimeout(counted, 0)
+		if err != nil {
+			break
+		}
+		if msg, ok := m.(*goredis.Message); ok && msg.Channel == shared {
+			sharedBeats++
+			publishers[msg.Payload]++
+		} else if ok {
+			own++
+		}
+	}
+	periods := int(span / period)
+	t.Logf("over %d periods, %d Watches: %d shared heartbeats (by %d of them), %d on their own channels",
+		periods, watches, sharedBeats, len(publishers), own)
+	// Each Watch alone would publish watches*periods shared heartbeats.
+	if sharedBeats < periods/2 || sharedBeats > 2*periods {
+		t.Errorf("%d shared heartbeats over %d periods; want about one a period", sharedBeats, periods)
+	}
+	if want := watches * periods / ownEvery; own < want/2 || own > 3*want/2 {
+		t.Errorf("%d heartbeats on the Watches' own channels over %d periods; want about %d (each every %d periods)",
+			own, periods, want, ownEvery)
+	}
+}
+
+// A replica whose subscription stayed on the demoted master is told by
+// its own channel, even when another replica already follows the shared
+// channel on the new master, so that its shared heartbeats reach a
+// subscriber there. Its own heartbeat goes out every third period: the
+// loss comes within the silence bound of the client's following the
+// failover.
+func TestWatchLostOnFailoverWhereOthersFollow(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartSentinel(t)
+	c := New(s.FailoverClient(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := heard(t, ctx, c, failoverScope)
+	master := s.Replica() // once promoted
+	switched := promoted(t, master)
+	lost := lose(ctx, w)
+	// Another replica's subscription on the new master, made as soon as it
+	// is master (the Sentinel's promotion closes the subscriptions it had),
+	// long before the Sentinel announces it and the client follows.
+	other := make(chan *goredis.PubSub, 1)
+	promotion := make(chan time.Time, 1)
+	go func() {
+		at := <-switched
+		ps := master.Client(t).Subscribe(ctx, c.sharedChannel(scopeKeys(c.prefix, failoverScope)[keyChannel]))
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Error(err)
+		}
+		t.Logf("another subscription on the new master %v after its promotion", time.Since(at).Round(time.Millisecond))
+		promotion <- at
+		other <- ps
+	}()
+	s.Failover(t)
+	l, at := <-lost, <-promotion
+	defer (<-other).Close()
+	if !strings.Contains(l.err.Error(), "reached no subscriber") {
+		t.Errorf("lost by another sign than its own channel: %v", l.err)
+	}
+	// The Sentinel announces the new master up to 1.3 s after the
+	// promotion (see testFailover); the own channel's heartbeat comes
+	// within the silence bound after.
+	took := l.at.Sub(at)
+	t.Logf("feed reported lost %v after the promotion: %v", took.Round(time.Millisecond), l.err)
+	if bound := 1300*time.Millisecond + c.silence() + 500*time.Millisecond; took > bound {
+		t.Errorf("feed reported lost %v after the promotion; want within %v", took, bound)
+	}
+	next(t, ctx, refollow(t, ctx, c, failoverScope), probe(t, c, failoverScope))
+}
