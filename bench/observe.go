@@ -77,12 +77,25 @@ func (c *observed) Watch(ctx context.Context) (coordinator.Watch, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &observedWatch{Watch: w, r: c.r}, nil
+	ow := &observedWatch{Watch: w, r: c.r}
+	if pw, ok := w.(coordinator.PolicyWatch); ok {
+		// Without it the Breaker would read the fleet default twice a
+		// second, as it does over a feed that tells no policy changes.
+		return &observedPolicyWatch{ow, pw}, nil
+	}
+	return ow, nil
 }
 
 type observedWatch struct {
 	coordinator.Watch
 	r *replica
+}
+
+// observedPolicyWatch is an observedWatch of a Watch that follows
+// policy changes too.
+type observedPolicyWatch struct {
+	*observedWatch
+	coordinator.PolicyWatch
 }
 
 func (w *observedWatch) Next(ctx context.Context) (coordinator.Transition, error) {

@@ -1,8 +1,14 @@
 package bench
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
 )
 
 // TestTripResults: propagation counts from the sending of the tripping
@@ -47,5 +53,22 @@ func TestTripResults(t *testing.T) {
 	res = o.results(us(9000), replicas)
 	if res.trips != 3 || res.unheard != 1 || res.scopes != 0 || res.unstopped != 1 {
 		t.Errorf("%d trips, %d unheard, %d scopes stopped, %d not: want 3, 1, 0, 1", res.trips, res.unheard, res.scopes, res.unstopped)
+	}
+}
+
+// The simulator's Breakers hear policy changes on their feed, as a
+// Breaker over the Redis coordinator does, instead of reading the fleet
+// default twice a second as they would over a feed that cannot tell them.
+func TestObservedWatchFollowsPolicies(t *testing.T) {
+	// A Watch connects at its first Follow: this one never does.
+	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	w, err := (&observed{Coordinator: cbredis.New(rdb), r: &replica{}}).Watch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, ok := w.(coordinator.PolicyWatch); !ok {
+		t.Errorf("the observed Watch, %T, is no coordinator.PolicyWatch", w)
 	}
 }
