@@ -1,4 +1,6 @@
--- admit.lua: Admit. Runs after lib.lua.
+-- admit.lua: Admit. Runs after lib.lua, and write.lua goes in at the
+-- mark below (scripts.go): most admissions are of a closed scope, and
+-- they answer before the writers' helpers are made.
 --
 -- KEYS: state, window, probes, transitions, policy (see lib.lua)
 -- ARGV: 1-7 see lib.lua; 8 probe slots, 9 probe lease ms, 10 claim
@@ -10,10 +12,18 @@ local CLAIM = ARGV[10]
 
 local ALLOW, PROBE, REJECT = 0, 1, 2
 
-local s = begin()
+-- The hot path: a scope that begin would leave as it is, closed or
+-- disabled, admits without a write. It reads only the fields its answer
+-- needs: the whole state costs a third of the script more.
+local hot = redis.call('HMGET', KEY_STATE, 'state', 'generation', 'expires_at', 'recovered_at')
+local s = {state = hot[1], generation = tonumber(hot[2]), expires_at = tonumber(hot[3]), recovered_at = tonumber(hot[4] or 0)}
+if hot[1] and born(s) and s.generation >= SEEN and (s.state == CLOSED or s.state == DISABLED) then
+  return reply(s, false, nil, ALLOW)
+end
+-- write.lua
+s = begin(stored())
 if s.state == CLOSED or s.state == DISABLED then
-  -- The hot path: no writes, unless begin gave birth or ended an
-  -- isolation.
+  -- Born just now, or a lapsed isolation ended.
   return reply(s, false, nil, ALLOW)
 end
 if s.state == ISOLATED then

@@ -8,7 +8,7 @@ local GENERATION = ARGV[8]
 local PERIOD = tonumber(ARGV[9])
 local REASON = ARGV[10]
 
-local s = begin()
+local s = begin(stored())
 local from = s.state
 if int(s.generation) ~= GENERATION or (from ~= CLOSED and from ~= HALF_OPEN) then
   return reply(s, false, nil, 1)

@@ -36,7 +36,7 @@ local RECENT_POLICIES = tonumber(ARGV[18])
 local OUTCOMES = 19 -- the first outcome's ARGV
 
 WITH_BATCHES = true
-local s = begin()
+local s = begin(stored())
 -- One HSET per Record; only a new fingerprint prunes: the policies a
 -- window old, and all but the newest RECENT_POLICIES.
 if redis.call('HSET', KEY_STATE, 'policy:' .. FINGERPRINT, int(NOW) .. ' ' .. SOURCE .. ' ' .. ENCODING) == 1 then

@@ -2,15 +2,22 @@ package redis
 
 import (
 	_ "embed"
+	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// Each script is a line naming the publish command, lib.lua, then the
-// operation, so that the shared helpers cost no extra call.
+// Each script is a line naming the publish command, lib.lua (reading a
+// scope and answering), write.lua (changing it), then the operation, so
+// that the shared helpers cost no extra call. An operation may mark with
+// a line "-- write.lua" where write.lua goes instead, so that what it
+// answers before the mark does not pay for making the writers' helpers;
+// one that never writes goes without it.
 var (
 	//go:embed lib.lua
 	libLua string
+	//go:embed write.lua
+	writeLua string
 	//go:embed admit.lua
 	admitLua string
 	//go:embed record.lua
@@ -40,14 +47,25 @@ type scripts struct {
 }
 
 func newScripts(publish string) *scripts {
-	lib := "local PUBLISH = '" + publish + "'\n" + libLua
+	header := "local PUBLISH = '" + publish + "'\n"
+	reads := header + libLua
+	writes := func(op string) *goredis.Script {
+		before, after, marked := strings.Cut(op, writeMark)
+		if !marked {
+			return goredis.NewScript(reads + writeLua + op)
+		}
+		return goredis.NewScript(reads + before + writeLua + after)
+	}
 	return &scripts{
-		admit:    goredis.NewScript(lib + admitLua),
-		record:   goredis.NewScript(lib + recordLua),
-		settle:   goredis.NewScript(lib + settleLua),
-		snapshot: goredis.NewScript(lib + snapshotLua),
-		control:  goredis.NewScript(lib + controlLua),
-		push:     goredis.NewScript(lib + pushLua),
-		policy:   goredis.NewScript("local PUBLISH = '" + publish + "'\n" + policyLua),
+		admit:    writes(admitLua),
+		record:   writes(recordLua),
+		settle:   writes(settleLua),
+		snapshot: goredis.NewScript(reads + snapshotLua),
+		control:  writes(controlLua),
+		push:     writes(pushLua),
+		policy:   goredis.NewScript(header + policyLua),
 	}
 }
+
+// writeMark is the line of an operation where write.lua goes.
+const writeMark = "-- write.lua\n"

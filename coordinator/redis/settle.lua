@@ -12,7 +12,7 @@ local OPEN_FOR = tonumber(ARGV[11])
 local MAX_OPEN_FOR = tonumber(ARGV[12])
 local PROBE_SUCCESSES = tonumber(ARGV[13])
 
-local s = begin()
+local s = begin(stored())
 -- Physical state: an open breaker whose period ended has no leases yet,
 -- so nothing can be settled in it.
 if s.state ~= HALF_OPEN or int(s.generation) ~= PROBE_GENERATION then
