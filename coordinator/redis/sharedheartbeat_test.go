@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
@@ -173,4 +175,58 @@ func TestWatchLostOnFailoverWhereOthersFollow(t *testing.T) {
 		t.Errorf("feed reported lost %v after the promotion; want within %v", took, bound)
 	}
 	next(t, ctx, refollow(t, ctx, c, failoverScope), probe(t, c, failoverScope))
+}
+
+// When the Watch that publishes the shared heartbeat goes, another takes
+// over before the silence bound: the Watches that listened lose nothing.
+func TestSharedHeartbeatOutlivesItsPublisher(t *testing.T) {
+	t.Parallel()
+	const period = 100 * time.Millisecond
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	watches := map[string]coordinator.Watch{}
+	var shared string
+	for i := range 3 {
+		w := follow(t, ctx, New(srv.Client(t), WithHeartbeat(period)), "s"+strconv.Itoa(i))
+		watches[w.(*watch).id] = w
+		shared = beating(t, w)[1]
+	}
+	heartbeats := srv.Client(t).Subscribe(ctx, shared)
+	defer heartbeats.Close()
+	// publisher waits for two shared heartbeats in a row from one Watch.
+	publisher := func() string {
+		last := ""
+		for {
+			m, err := heartbeats.ReceiveTimeout(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg, ok := m.(*goredis.Message); ok {
+				if msg.Payload == last {
+					return last
+				}
+				last = msg.Payload
+			}
+		}
+	}
+	gone := publisher()
+	if err := watches[gone].Close(); err != nil {
+		t.Fatal(err)
+	}
+	delete(watches, gone)
+	closed := time.Now()
+	next := publisher()
+	t.Logf("the shared heartbeat came from another Watch %v after its publisher closed", time.Since(closed).Round(time.Millisecond))
+	if _, ok := watches[next]; !ok {
+		t.Fatalf("the shared heartbeat comes from %q, not from a Watch still open", next)
+	}
+	// Three silence bounds: a feed left without heartbeats would be lost.
+	quiet, stop := context.WithTimeout(ctx, 3*3*period)
+	defer stop()
+	for id, w := range watches {
+		if tr, err := w.Next(quiet); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Watch %s after the publisher closed: Next = %+v, %v; want nothing until the deadline", id, tr, err)
+		}
+	}
 }
