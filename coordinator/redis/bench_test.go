@@ -221,3 +221,130 @@ func halfOpen(b *testing.B, c *Coordinator, p coordinator.Policy, clock *coordin
 	}
 	return d.Generation
 }
+
+// BenchmarkHeartbeat measures what heartbeats add to the Redis side of a
+// feed: 100 subscriptions without heartbeats, then 100 Watches following a
+// scope each, for b.N heartbeat periods each, on one server and on a
+// Cluster. It reports, per Watch and second, the Redis CPU they add (INFO
+// cpu), the execution time of (S)PUBLISH (INFO commandstats) and the
+// commands.
+//
+//	go test -run XXX -bench Heartbeat -benchtime 20x ./coordinator/redis
+func BenchmarkHeartbeat(b *testing.B) {
+	b.Run("server", func(b *testing.B) {
+		srv := redistest.Start(b)
+		benchmarkHeartbeat(b, srv.Client(b), srv)
+	})
+	b.Run("cluster", func(b *testing.B) {
+		cluster := redistest.StartCluster(b)
+		benchmarkHeartbeat(b, cluster.Client(b), cluster.Nodes...)
+	})
+}
+
+// benchmarkHeartbeat measures the heartbeats of Watches of rdb on nodes.
+func benchmarkHeartbeat(b *testing.B, rdb goredis.UniversalClient, nodes ...*redistest.Server) {
+	const watches = 100
+	ctx := context.Background()
+	c := New(rdb)
+	publish := "publish"
+	if c.sharded {
+		publish = "spublish"
+	}
+	var admins []*goredis.Client
+	for _, n := range nodes {
+		admins = append(admins, n.Client(b))
+	}
+	period := time.Duration(b.N) * heartbeatEvery
+	// run holds watches subscriptions open for a period and returns the
+	// Redis CPU spent meanwhile, in µs.
+	run := func(open func(i int) func() error) float64 {
+		for i := range watches {
+			defer open(i)()
+		}
+		// Past every subscription's first heartbeat.
+		time.Sleep(heartbeatEvery)
+		before := 0.0
+		for _, a := range admins {
+			if err := a.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			before += redisCPU(b, a)
+		}
+		time.Sleep(period)
+		spent := -before
+		for _, a := range admins {
+			spent += redisCPU(b, a)
+		}
+		return spent
+	}
+	b.ResetTimer()
+	plain := run(func(i int) func() error {
+		ch := fmt.Sprint("plain", i)
+		ps := rdb.Subscribe(ctx, ch)
+		if c.sharded {
+			ps = rdb.SSubscribe(ctx, ch)
+		}
+		if _, err := ps.Receive(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return ps.Close
+	})
+	beating := run(func(i int) func() error {
+		w, err := c.Watch(ctx)
+		if err == nil {
+			err = w.Follow(ctx, fmt.Sprint("s", i))
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		return w.Close
+	})
+	var calls, usec int64
+	for _, a := range admins {
+		n, us := commandStats(b, a, publish)
+		calls, usec = calls+n, usec+us
+	}
+	b.StopTimer()
+	watchSeconds := watches * period.Seconds()
+	b.ReportMetric((beating-plain)/watchSeconds, "cpu-µs/watch-s")
+	b.ReportMetric(float64(usec)/watchSeconds, publish+"-µs/watch-s")
+	b.ReportMetric(float64(calls)/watchSeconds, "cmds/watch-s")
+	b.ReportMetric(0, "ns/op")
+}
+
+// redisCPU returns the CPU time the server has used, in µs.
+func redisCPU(b *testing.B, rdb *goredis.Client) float64 {
+	info, err := rdb.InfoMap(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var us float64
+	for _, k := range []string{"used_cpu_sys", "used_cpu_user"} {
+		s, err := strconv.ParseFloat(info["CPU"][k], 64)
+		if err != nil {
+			b.Fatalf("INFO cpu %s: %v", k, err)
+		}
+		us += s * 1e6
+	}
+	return us
+}
+
+// commandStats returns the calls of cmd and the µs spent in them since
+// the statistics were reset.
+func commandStats(b *testing.B, rdb *goredis.Client, cmd string) (calls, usec int64) {
+	info, err := rdb.InfoMap(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for kv := range strings.SplitSeq(info["Commandstats"]["cmdstat_"+cmd], ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "calls":
+			calls = n
+		case "usec":
+			usec = n
+		}
+	}
+	return calls, usec
+}
