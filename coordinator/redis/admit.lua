@@ -1,6 +1,6 @@
--- admit.lua: Admit. Runs after lib.lua, and write.lua goes in at the
--- mark below (scripts.go): most admissions are of a closed scope, and
--- they answer before the writers' helpers are made.
+-- admit.lua: Admit. Runs after lib.lua; read.lua and write.lua go in at
+-- the mark below (scripts.go): most admissions are of a closed scope, and
+-- they answer before the helpers of reading and writing are made.
 --
 -- KEYS: state, window, probes, transitions, policy (see lib.lua)
 -- ARGV: 1-7 see lib.lua; 8 probe slots, 9 probe lease ms, 10 claim
@@ -20,7 +20,7 @@ local s = {state = hot[1], generation = tonumber(hot[2]), expires_at = tonumber(
 if hot[1] and born(s) and s.generation >= SEEN and (s.state == CLOSED or s.state == DISABLED) then
   return reply(s, false, nil, ALLOW)
 end
--- write.lua
+-- read.lua, write.lua
 s = begin(stored())
 if s.state == CLOSED or s.state == DISABLED then
   -- Born just now, or a lapsed isolation ended.

@@ -7,15 +7,17 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// Each script is a line naming the publish command, lib.lua (reading a
-// scope and answering), write.lua (changing it), then the operation, so
-// that the shared helpers cost no extra call. An operation may mark with
-// a line "-- write.lua" where write.lua goes instead, so that what it
-// answers before the mark does not pay for making the writers' helpers;
-// one that never writes goes without it.
+// Each script is a line naming the publish command, lib.lua (arguments,
+// clock, answer), read.lua (reading a scope), write.lua (changing it) if
+// it writes, then the operation, so that the shared helpers cost no extra
+// call. An operation may mark with a line "-- read.lua, write.lua" where
+// those two go instead, so that what it answers before the mark does not
+// pay for making their helpers.
 var (
 	//go:embed lib.lua
 	libLua string
+	//go:embed read.lua
+	readLua string
 	//go:embed write.lua
 	writeLua string
 	//go:embed admit.lua
@@ -48,13 +50,13 @@ type scripts struct {
 
 func newScripts(publish string) *scripts {
 	header := "local PUBLISH = '" + publish + "'\n"
-	reads := header + libLua
+	reads := header + libLua + readLua
 	writes := func(op string) *goredis.Script {
-		before, after, marked := strings.Cut(op, writeMark)
+		before, after, marked := strings.Cut(op, helpersMark)
 		if !marked {
 			return goredis.NewScript(reads + writeLua + op)
 		}
-		return goredis.NewScript(reads + before + writeLua + after)
+		return goredis.NewScript(header + libLua + before + readLua + writeLua + after)
 	}
 	return &scripts{
 		admit:    writes(admitLua),
@@ -67,5 +69,5 @@ func newScripts(publish string) *scripts {
 	}
 }
 
-// writeMark is the line of an operation where write.lua goes.
-const writeMark = "-- write.lua\n"
+// helpersMark is the line of an operation where read.lua and write.lua go.
+const helpersMark = "-- read.lua, write.lua\n"

@@ -1,7 +1,5 @@
--- write.lua: the helpers of the scripts that write, after lib.lua. The Go
--- side puts it between lib.lua and each script (see scripts.go), or at
--- a script's mark, so that a script's read-only path answers before
--- these are made.
+-- write.lua: the helpers of the scripts that write, after lib.lua and
+-- read.lua (see scripts.go).
 
 -- HDEL in chunks: unpack of a long list would overflow Lua's C stack.
 local function hdel(key, fields)
