@@ -69,7 +69,7 @@ import (
 // 6-15 µs a command on a busy server (BenchmarkBusyServer), 40-110 µs on
 // an idle one, where each command is its own turn of the event loop, and
 // 2.1-2.6 µs for each follower a shared heartbeat reaches, all in one
-// turn: 10,000 followers of one channel hold the node about 23 ms twice a
+// turn: 10,000 followers of one channel hold the node about 23 ms once a
 // period. A heartbeat every period from every replica, as before the
 // shared channel, cost three times as many commands, spread out.
 // The defaults; WithHeartbeat sets another period, and the silence bound
