@@ -3,7 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
-	"strings"
+	"strconv"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -28,8 +28,8 @@ import (
 //     published last goes on, and the first to notice a silence takes
 //     over). Two that published at once hear each other, and the one with
 //     the greater id yields. So a hot scope's master runs about two
-//     heartbeats a second however many replicas follow it, not two per
-//     replica;
+//     heartbeats a second per thousand replicas that follow it (a channel
+//     splits past that, sharedheartbeat.go), not two per replica;
 //   - the Watch's own channel, which only it follows. Every third period
 //     it publishes there, to learn from the reply how many clients of the
 //     node the commands reach follow it: none means that its subscription
@@ -69,9 +69,9 @@ import (
 // 6-15 µs a command on a busy server (BenchmarkBusyServer), 40-110 µs on
 // an idle one, where each command is its own turn of the event loop, and
 // 2.1-2.6 µs for each follower a shared heartbeat reaches, all in one
-// turn: 10,000 followers of one channel hold the node about 23 ms once a
-// period. A heartbeat every period from every replica, as before the
-// shared channel, cost three times as many commands, spread out.
+// turn, which is why a channel splits past 1,000 followers
+// (sharedheartbeat.go). A heartbeat every period from every replica, as
+// before the shared channel, cost three times as many commands.
 // The defaults; WithHeartbeat sets another period, and the silence bound
 // is always three periods.
 const (
@@ -85,25 +85,6 @@ const (
 // silence is how long a subscription may hear no heartbeat before its
 // feed is lost.
 func (c *Coordinator) silence() time.Duration { return 3 * c.heartbeat }
-
-// heartbeatChannel names the own heartbeat channel of the Watch id on
-// the subscription that opened with ch, a scope's channel.
-func (c *Coordinator) heartbeatChannel(ch, id string) string {
-	return c.sharedChannel(ch) + ":" + id
-}
-
-// sharedChannel names the heartbeat channel shared by the subscriptions
-// that opened with ch. On a Cluster it is in ch's hash tag, so that it
-// lives in the slot of that scope, on the node the subscription is on,
-// and is shared by the Watches that followed that scope first there. A
-// single server has no slots: every Watch of the prefix shares one. The
-// prefix holds no brace (see New): the first '}' ends the tag.
-func (c *Coordinator) sharedChannel(ch string) string {
-	if !c.sharded {
-		return c.prefix + layout + ":{fleet}:heartbeat"
-	}
-	return ch[:strings.IndexByte(ch, '}')+1] + ":heartbeat"
-}
 
 // beat publishes the heartbeats every period until the Watch ends.
 // A Watch that follows no scope has no subscription, nothing to miss, and
@@ -119,30 +100,6 @@ func (w *watch) beat() {
 		case <-tick.C:
 		}
 		w.publish(n%ownEvery == 0)
-	}
-}
-
-// shares reports whether s publishes on its shared channel this period:
-// unless it heard another Watch's heartbeat there within the last period,
-// or, when it published there itself the period before, unless one of
-// them came from a Watch of a smaller id. w.mu is held.
-func (s *sub) shares(now time.Time, period time.Duration) bool {
-	recent := func(t time.Time) bool { return now.Sub(t) < period }
-	s.sharing = !recent(s.other) || s.sharing && !recent(s.smaller)
-	return s.sharing
-}
-
-// heardShared notes a heartbeat heard on s's shared channel from the
-// Watch id, at.
-func (w *watch) heardShared(s *sub, id string, at time.Time) {
-	if id == w.id {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s.other = at
-	if id < w.id {
-		s.smaller = at
 	}
 }
 
@@ -182,6 +139,9 @@ func (w *watch) publish(own bool) {
 	w.c.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, b := range beats {
 			ch, msg := b.s.shared, w.id
+			if b.s.followers > 0 {
+				msg += " " + strconv.Itoa(b.s.followers)
+			}
 			if b.own {
 				ch, msg = b.s.heartbeat, ""
 			}
@@ -208,6 +168,9 @@ func (w *watch) publish(own bool) {
 				"not%s where the subscription is (a failover, or a moved slot): %w", on(b.s.node), coordinator.ErrFeedLost))
 		default:
 			b.s.unsent = nil
+			if !b.own {
+				b.s.followers = int(n)
+			}
 		}
 	}
 }

@@ -52,6 +52,7 @@ type Coordinator struct {
 	replicas       int // 0: as many as the master reports
 	replicaTimeout time.Duration
 	heartbeat      time.Duration // a Watch's heartbeat period; silence after 3 of them is a lost feed
+	sharedCap      int           // followers a shared heartbeat channel keeps at most (sharedheartbeat.go)
 }
 
 var _ coordinator.Coordinator = (*Coordinator)(nil)
@@ -131,7 +132,7 @@ func New(client goredis.UniversalClient, opts ...Option) *Coordinator {
 		panic("redis coordinator: New: client is nil; pass a go-redis client (goredis.NewClient, NewClusterClient or NewUniversalClient)")
 	}
 	c := &Coordinator{client: client, prefix: DefaultPrefix, scripts: plainScripts, replicaTimeout: DefaultReplicaTimeout,
-		heartbeat: heartbeatEvery}
+		heartbeat: heartbeatEvery, sharedCap: sharedCap}
 	if _, ok := client.(*goredis.ClusterClient); ok {
 		c.scripts, c.sharded = shardedScripts, true
 	}

@@ -111,7 +111,8 @@ func shareOneHeartbeat(t *testing.T, client func() goredis.UniversalClient, scop
 		}
 		if msg, ok := m.(*goredis.Message); ok && msg.Channel == shared {
 			sharedBeats++
-			publishers[msg.Payload]++
+			id, _, _ := strings.Cut(msg.Payload, " ")
+			publishers[id]++
 		} else if ok {
 			own++
 		}
@@ -152,7 +153,7 @@ func TestWatchLostOnFailoverWhereOthersFollow(t *testing.T) {
 	promotion := make(chan time.Time, 1)
 	go func() {
 		at := <-switched
-		ps := master.Client(t).Subscribe(ctx, c.sharedChannel(scopeKeys(c.prefix, failoverScope)[keyChannel]))
+		ps := master.Client(t).Subscribe(ctx, c.heartbeatBase(scopeKeys(c.prefix, failoverScope)[keyChannel]))
 		if _, err := ps.Receive(ctx); err != nil {
 			t.Error(err)
 		}
@@ -203,10 +204,11 @@ func TestSharedHeartbeatOutlivesItsPublisher(t *testing.T) {
 				t.Fatal(err)
 			}
 			if msg, ok := m.(*goredis.Message); ok {
-				if msg.Payload == last {
+				id, _, _ := strings.Cut(msg.Payload, " ")
+				if id == last {
 					return last
 				}
-				last = msg.Payload
+				last = id
 			}
 		}
 	}
@@ -227,6 +229,123 @@ func TestSharedHeartbeatOutlivesItsPublisher(t *testing.T) {
 	for id, w := range watches {
 		if tr, err := w.Next(quiet); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Watch %s after the publisher closed: Next = %+v, %v; want nothing until the deadline", id, tr, err)
+		}
+	}
+}
+
+// A shared channel splits by level while a heartbeat reaches more than
+// the cap, and merges back once it reaches under a quarter of it.
+func TestSharedChannelLevel(t *testing.T) {
+	for _, tc := range []struct{ followers, at, limit, want int }{
+		{followers: 1, at: 0, limit: 1000, want: 0},
+		{followers: 1000, at: 0, limit: 1000, want: 0},
+		{followers: 1001, at: 0, limit: 1000, want: 1},
+		{followers: 10000, at: 0, limit: 1000, want: 4}, // 16 channels of 625
+		{followers: 1500, at: 3, limit: 1000, want: 4},
+		{followers: 250, at: 2, limit: 1000, want: 2},
+		{followers: 249, at: 2, limit: 1000, want: 1},
+		{followers: 1, at: 0, limit: 8, want: 0},
+	} {
+		if got := level(tc.followers, tc.at, tc.limit); got != tc.want {
+			t.Errorf("level(%d followers at %d, limit %d) = %d; want %d", tc.followers, tc.at, tc.limit, got, tc.want)
+		}
+	}
+	// Level L has 2^L channels, and ids spread over them.
+	seen := map[string]bool{}
+	for i := range 64 {
+		ch := sharedChannel("b", 2, strconv.Itoa(i))
+		if !strings.HasPrefix(ch, "b:2.") {
+			t.Fatalf("sharedChannel at level 2 = %q", ch)
+		}
+		seen[ch] = true
+	}
+	if len(seen) != 4 || sharedChannel("b", 0, "x") != "b" {
+		t.Errorf("64 ids at level 2 took %d channels (%v); want 4", len(seen), seen)
+	}
+}
+
+// Watches on a shared channel with more followers than the cap split it
+// into channels of at most the cap, and come back together once most of
+// them have gone, with no feed lost on the way.
+func TestSharedChannelSplitsAndMerges(t *testing.T) {
+	t.Parallel()
+	const (
+		period = 100 * time.Millisecond
+		limit  = 8
+	)
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var watches []*watch
+	for i := range 2 * limit {
+		c := New(srv.Client(t), WithHeartbeat(period))
+		c.sharedCap = limit
+		w := follow(t, ctx, c, "s"+strconv.Itoa(i)).(*watch)
+		beating(t, w)
+		watches = append(watches, w)
+	}
+	inspect := srv.Client(t)
+	// channels returns the shared channels of ws, with how many follow each.
+	channels := func(ws []*watch) map[string]int64 {
+		var names []string
+		for _, w := range ws {
+			w.mu.Lock()
+			names = append(names, w.subs[""].shared)
+			w.mu.Unlock()
+		}
+		n, err := inspect.PubSubNumSub(ctx, names...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	settled := func(what string, ws []*watch, ok func(map[string]int64) bool) map[string]int64 {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			n := channels(ws)
+			if ok(n) {
+				t.Logf("%s: %v", what, n)
+				return n
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 20 s: %v", what, n)
+			}
+			time.Sleep(period)
+		}
+	}
+	settled("split to at most the cap a channel", watches, func(n map[string]int64) bool {
+		for _, f := range n {
+			if f > limit {
+				return false
+			}
+		}
+		return len(n) > 1
+	})
+	// Two Watches on different channels stay; the others go.
+	left := []*watch{watches[0]}
+	for _, w := range watches[1:] {
+		if len(left) == 1 && len(channels([]*watch{left[0], w})) == 2 {
+			left = append(left, w)
+			continue
+		}
+		w.Close()
+	}
+	if len(left) != 2 {
+		t.Fatal("every Watch on one channel after the split")
+	}
+	settled("the two left share one channel again", left, func(n map[string]int64) bool {
+		for _, f := range n {
+			return len(n) == 1 && f == 2
+		}
+		return false
+	})
+	// No feed was lost on the way, nor is for three silence bounds more.
+	quiet, stop := context.WithTimeout(ctx, 9*period)
+	defer stop()
+	for _, w := range left {
+		if tr, err := w.Next(quiet); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Next = %+v, %v; want nothing until the deadline", tr, err)
 		}
 	}
 }

@@ -80,11 +80,18 @@ type watch struct {
 type sub struct {
 	ps        *goredis.PubSub
 	node      string // its key in watch.subs
+	base      string // the start of its heartbeat channels' names (heartbeatBase)
 	heartbeat string // the channel of the Watch's own heartbeats
 	shared    string // the channel of the heartbeats shared with other Watches
-	channels  int    // scope channels followed on it, or being followed
-	closed    bool   // closed because it follows nothing more: its reader ends quietly
-	beating   bool   // Redis confirmed the heartbeat channels: heartbeats go out
+	// level is the shared channel's level, moving the one Redis has yet
+	// to confirm, at movingLevel, and followers how many the Watch's last
+	// heartbeat on it reached (sharedheartbeat.go).
+	level, movingLevel int
+	moving             string
+	followers          int
+	channels           int  // scope channels followed on it, or being followed
+	closed             bool // closed because it follows nothing more: its reader ends quietly
+	beating            bool // Redis confirmed the heartbeat channels: heartbeats go out
 	// sharing: it published on the shared channel the last period; other
 	// and smaller: when it last heard another Watch's heartbeat there,
 	// and one of a Watch with a smaller id (see shares).
@@ -176,7 +183,8 @@ func (w *watch) subscribe(ctx context.Context, ch string) error {
 	case s == nil:
 		// The channel goes with the new subscription: a sharded one
 		// connects to the node that owns its first channel.
-		s = &sub{node: node, heartbeat: w.c.heartbeatChannel(ch, w.id), shared: w.c.sharedChannel(ch), leaving: make(map[string]int)}
+		base := w.c.heartbeatBase(ch)
+		s = &sub{node: node, base: base, heartbeat: base + ":" + w.id, shared: sharedChannel(base, 0, w.id), leaving: make(map[string]int)}
 		if w.c.sharded {
 			s.ps = cc.SSubscribe(ctx, ch, s.heartbeat, s.shared)
 		} else {
@@ -288,7 +296,9 @@ func (w *watch) read(s *sub) {
 			switch m.Channel {
 			case s.shared:
 				heard = time.Now()
-				w.heardShared(s, m.Payload, heard)
+				if ch := w.heardShared(s, m.Payload, heard); ch != "" {
+					w.move(s, ch)
+				}
 				continue
 			case s.heartbeat:
 				heard = time.Now()
@@ -310,9 +320,13 @@ func (w *watch) read(s *sub) {
 			// Waiting for Next is no silence of the feed.
 			heard = heard.Add(time.Since(waited))
 		case *goredis.Subscription:
-			if err := w.confirmed(s, m); err != nil {
+			left, err := w.confirmed(s, m)
+			if err != nil {
 				w.fail(err)
 				return
+			}
+			if left != "" {
+				w.leave(s, left)
 			}
 			if m.Channel == s.shared {
 				heard = time.Now()
@@ -369,11 +383,12 @@ func (w *watch) policyChanged(ch, version string) error {
 }
 
 // confirmed takes Redis's word on a change of s's channels: it wakes up
-// the Follow waiting for a subscription, and starts the heartbeats once
-// their channels are subscribed (the shared one is confirmed last). An unsubscription the Watch did not ask
-// for (Redis 7 sends one to the subscribers of a slot that moved away) is
-// a lost feed.
-func (w *watch) confirmed(s *sub, m *goredis.Subscription) error {
+// the Follow waiting for a subscription, starts the heartbeats once their
+// channels are subscribed (the shared one is confirmed last), and moves
+// to the shared channel s was moving to, returning the one it left. An
+// unsubscription the Watch did not ask for (Redis 7 sends one to the
+// subscribers of a slot that moved away) is a lost feed.
+func (w *watch) confirmed(s *sub, m *goredis.Subscription) (left string, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch m.Kind {
@@ -383,13 +398,16 @@ func (w *watch) confirmed(s *sub, m *goredis.Subscription) error {
 			delete(w.pending, m.Channel)
 		}
 		s.beating = s.beating || m.Channel == s.shared
+		if m.Channel == s.moving && !s.closed {
+			return s.moved(), nil
+		}
 	case "unsubscribe", "sunsubscribe":
 		if s.leaving[m.Channel] == 0 {
 			what := "a heartbeat channel"
 			if scope, ok := w.scopes[m.Channel]; ok {
 				what = abbreviate(scope)
 			}
-			return fmt.Errorf("redis coordinator: watch: Redis%s unsubscribed %s on its own (its slot moved?): %w",
+			return "", fmt.Errorf("redis coordinator: watch: Redis%s unsubscribed %s on its own (its slot moved?): %w",
 				on(s.node), what, coordinator.ErrFeedLost)
 		}
 		s.leaving[m.Channel]--
@@ -397,7 +415,33 @@ func (w *watch) confirmed(s *sub, m *goredis.Subscription) error {
 			delete(s.leaving, m.Channel)
 		}
 	}
-	return nil
+	return "", nil
+}
+
+// move subscribes s to the shared channel ch, from s's reader; confirmed
+// then moves s there.
+func (w *watch) move(s *sub, ch string) {
+	var err error
+	if w.c.sharded {
+		err = s.ps.SSubscribe(w.life, ch)
+	} else {
+		err = s.ps.Subscribe(w.life, ch)
+	}
+	if err != nil {
+		// The connection broke: the reader hears it next.
+		w.mu.Lock()
+		s.moving = ""
+		w.mu.Unlock()
+	}
+}
+
+// leave unsubscribes s from the shared channel it left, from s's reader.
+func (w *watch) leave(s *sub, ch string) {
+	if w.c.sharded {
+		s.ps.SUnsubscribe(w.life, ch)
+	} else {
+		s.ps.Unsubscribe(w.life, ch)
+	}
 }
 
 // fail ends the Watch with err, unless it has ended already.

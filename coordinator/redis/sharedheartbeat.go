@@ -1,0 +1,112 @@
+package redis
+
+import (
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The shared heartbeat channel (see heartbeat.go): its name, whose turn it
+// is to publish, and how it splits when it has too many followers.
+//
+// A heartbeat on a channel reaches all its followers in one turn of the
+// node's event loop, 2.1-2.6 µs each (BenchmarkBusyServer's costs, and a
+// probe of one PUBLISH to 100-4,000 subscribers): 10,000 would hold the
+// node some 23 ms. So a channel keeps about sharedCap followers at most.
+// The publisher says in each heartbeat how many the previous one reached
+// (PUBLISH's reply). Over sharedCap, every follower moves one level or
+// more deeper: level L has 2^L channels, and a Watch takes the one its id
+// hashes to. Under a quarter of it, they move a level back up. All the
+// followers hear the same count, so they move together; a Watch listens
+// on the old channel until Redis confirms the new one.
+
+// sharedCap is how many followers a shared channel keeps at most: its
+// heartbeat then holds the node about 2.5 ms.
+const sharedCap = 1000
+
+// heartbeatBase is the start of the names of the heartbeat channels of a
+// subscription that opened with ch, a scope's channel. On a Cluster it is
+// in ch's hash tag, so that they live in the slot of that scope, on the
+// node the subscription is on, and the shared channel is shared by the
+// Watches that followed that scope first there. A single server has no
+// slots: every Watch of the prefix shares one. The prefix holds no brace
+// (see New): the first '}' ends the tag.
+func (c *Coordinator) heartbeatBase(ch string) string {
+	if !c.sharded {
+		return c.prefix + layout + ":{fleet}:heartbeat"
+	}
+	return ch[:strings.IndexByte(ch, '}')+1] + ":heartbeat"
+}
+
+// sharedChannel names the shared channel of the Watch id at level, under
+// base: base itself at level 0, else base:<level>.<group>. A Watch's own
+// channel is base:<id>, and an id (rand.Text) has no dot.
+func sharedChannel(base string, level int, id string) string {
+	if level == 0 {
+		return base
+	}
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return base + ":" + strconv.Itoa(level) + "." + strconv.FormatUint(uint64(h.Sum32()&(1<<level-1)), 10)
+}
+
+// level is the level a shared channel at level at should move to when its
+// heartbeat reached followers: deeper until a channel would have at most
+// limit, one up once it has under a quarter of limit.
+func level(followers, at, limit int) int {
+	switch {
+	case followers > limit:
+		for ; followers > limit; at++ {
+			followers = (followers + 1) / 2
+		}
+	case at > 0 && 4*followers < limit:
+		at--
+	}
+	return at
+}
+
+// shares reports whether s publishes on its shared channel this period:
+// unless it heard another Watch's heartbeat there within the last period,
+// or, when it published there itself the period before, unless one of
+// them came from a Watch of a smaller id. w.mu is held.
+func (s *sub) shares(now time.Time, period time.Duration) bool {
+	recent := func(t time.Time) bool { return now.Sub(t) < period }
+	s.sharing = !recent(s.other) || s.sharing && !recent(s.smaller)
+	return s.sharing
+}
+
+// heardShared takes a heartbeat heard on s's shared channel at: "<id>",
+// or "<id> <followers>" (how many the publisher's previous heartbeat
+// reached). It returns the channel s is to move to, if any: the caller
+// subscribes to it.
+func (w *watch) heardShared(s *sub, payload string, at time.Time) (move string) {
+	id, count, _ := strings.Cut(payload, " ")
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if id != w.id {
+		s.other = at
+		if id < w.id {
+			s.smaller = at
+		}
+	}
+	followers, err := strconv.Atoi(count)
+	if err != nil || followers <= 0 || s.moving != "" || s.closed {
+		return ""
+	}
+	if to := level(followers, s.level, w.c.sharedCap); to != s.level {
+		s.moving, s.movingLevel = sharedChannel(s.base, to, w.id), to
+		return s.moving
+	}
+	return ""
+}
+
+// moved takes Redis's confirmation of the channel s was moving to, and
+// returns the one it leaves, which the caller unsubscribes. w.mu is held.
+func (s *sub) moved() (left string) {
+	left = s.shared
+	s.shared, s.level, s.moving = s.moving, s.movingLevel, ""
+	s.sharing, s.other, s.smaller, s.followers = false, time.Time{}, time.Time{}, 0
+	s.leaving[left]++
+	return left
+}
