@@ -169,3 +169,50 @@ func readLayer(v []any) (coordinator.PolicyLayer, error) {
 	}
 	return l, nil
 }
+
+var _ coordinator.PolicyWatch = (*watch)(nil)
+
+// FollowPolicies implements [coordinator.PolicyWatch]: it subscribes to
+// the fleet default's channel as well (policy.lua publishes a scope's
+// changes on its transitions channel), and f runs on the goroutine that
+// reads the subscription of the node that published the change.
+func (w *watch) FollowPolicies(ctx context.Context, f func(coordinator.PolicyChange)) error {
+	w.following.Lock()
+	defer w.following.Unlock()
+	if err := w.failed(); err != nil {
+		return err
+	}
+	_, fleet := fleetKeys(w.c.prefix)
+	w.mu.Lock()
+	w.policies, w.fleet = f, fleet
+	w.mu.Unlock()
+	if err := w.subscribe(ctx, fleet); err != nil {
+		return fmt.Errorf("redis coordinator: watch the fleet default: %w", err)
+	}
+	return nil
+}
+
+// policyChanged hands a change published on ch ("policy <version>") to
+// the follower of policies, if the Watch follows ch's scope or ch is the
+// fleet default's.
+func (w *watch) policyChanged(ch, version string) error {
+	w.mu.Lock()
+	f, scope, followed := w.policies, "", ch == w.fleet
+	if !followed {
+		scope, followed = w.scopes[ch]
+	}
+	w.mu.Unlock()
+	if f == nil || !followed {
+		return nil
+	}
+	v, err := strconv.ParseUint(version, 10, 64)
+	if err != nil {
+		return fmt.Errorf("redis coordinator: watch: malformed policy change %q: %w", version, coordinator.ErrFeedLost)
+	}
+	t := coordinator.FleetDefault
+	if ch != w.fleet {
+		t = coordinator.ScopeTarget(scope)
+	}
+	f(coordinator.PolicyChange{Target: t, Version: v})
+	return nil
+}

@@ -110,3 +110,29 @@ func (s *sub) moved() (left string) {
 	s.leaving[left]++
 	return left
 }
+
+// move subscribes s to the shared channel ch, from s's reader; confirmed
+// then moves s there.
+func (w *watch) move(s *sub, ch string) {
+	var err error
+	if w.c.sharded {
+		err = s.ps.SSubscribe(w.life, ch)
+	} else {
+		err = s.ps.Subscribe(w.life, ch)
+	}
+	if err != nil {
+		// The connection broke: the reader hears it next.
+		w.mu.Lock()
+		s.moving = ""
+		w.mu.Unlock()
+	}
+}
+
+// leave unsubscribes s from the shared channel it left, from s's reader.
+func (w *watch) leave(s *sub, ch string) {
+	if w.c.sharded {
+		s.ps.SUnsubscribe(w.life, ch)
+	} else {
+		s.ps.Unsubscribe(w.life, ch)
+	}
+}

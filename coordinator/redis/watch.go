@@ -335,53 +335,6 @@ func (w *watch) read(s *sub) {
 	}
 }
 
-var _ coordinator.PolicyWatch = (*watch)(nil)
-
-// FollowPolicies implements [coordinator.PolicyWatch]: it subscribes to
-// the fleet default's channel as well (policy.lua publishes a scope's
-// changes on its transitions channel), and f runs on the goroutine that
-// reads the subscription of the node that published the change.
-func (w *watch) FollowPolicies(ctx context.Context, f func(coordinator.PolicyChange)) error {
-	w.following.Lock()
-	defer w.following.Unlock()
-	if err := w.failed(); err != nil {
-		return err
-	}
-	_, fleet := fleetKeys(w.c.prefix)
-	w.mu.Lock()
-	w.policies, w.fleet = f, fleet
-	w.mu.Unlock()
-	if err := w.subscribe(ctx, fleet); err != nil {
-		return fmt.Errorf("redis coordinator: watch the fleet default: %w", err)
-	}
-	return nil
-}
-
-// policyChanged hands a change published on ch ("policy <version>") to
-// the follower of policies, if the Watch follows ch's scope or ch is the
-// fleet default's.
-func (w *watch) policyChanged(ch, version string) error {
-	w.mu.Lock()
-	f, scope, followed := w.policies, "", ch == w.fleet
-	if !followed {
-		scope, followed = w.scopes[ch]
-	}
-	w.mu.Unlock()
-	if f == nil || !followed {
-		return nil
-	}
-	v, err := strconv.ParseUint(version, 10, 64)
-	if err != nil {
-		return fmt.Errorf("redis coordinator: watch: malformed policy change %q: %w", version, coordinator.ErrFeedLost)
-	}
-	t := coordinator.FleetDefault
-	if ch != w.fleet {
-		t = coordinator.ScopeTarget(scope)
-	}
-	f(coordinator.PolicyChange{Target: t, Version: v})
-	return nil
-}
-
 // confirmed takes Redis's word on a change of s's channels: it wakes up
 // the Follow waiting for a subscription, starts the heartbeats once their
 // channels are subscribed (the shared one is confirmed last), and moves
@@ -416,32 +369,6 @@ func (w *watch) confirmed(s *sub, m *goredis.Subscription) (left string, err err
 		}
 	}
 	return "", nil
-}
-
-// move subscribes s to the shared channel ch, from s's reader; confirmed
-// then moves s there.
-func (w *watch) move(s *sub, ch string) {
-	var err error
-	if w.c.sharded {
-		err = s.ps.SSubscribe(w.life, ch)
-	} else {
-		err = s.ps.Subscribe(w.life, ch)
-	}
-	if err != nil {
-		// The connection broke: the reader hears it next.
-		w.mu.Lock()
-		s.moving = ""
-		w.mu.Unlock()
-	}
-}
-
-// leave unsubscribes s from the shared channel it left, from s's reader.
-func (w *watch) leave(s *sub, ch string) {
-	if w.c.sharded {
-		s.ps.SUnsubscribe(w.life, ch)
-	} else {
-		s.ps.Unsubscribe(w.life, ch)
-	}
 }
 
 // fail ends the Watch with err, unless it has ended already.
