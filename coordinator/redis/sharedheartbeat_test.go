@@ -269,31 +269,57 @@ func TestSharedChannelLevel(t *testing.T) {
 // them have gone, with no feed lost on the way.
 func TestSharedChannelSplitsAndMerges(t *testing.T) {
 	t.Parallel()
+	t.Run("server", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		inspect := srv.Client(t)
+		splitsAndMerges(t, func() goredis.UniversalClient { return srv.Client(t) }, func(i int) string { return "s" + strconv.Itoa(i) },
+			func(ctx context.Context, channels ...string) (map[string]int64, error) {
+				return inspect.PubSubNumSub(ctx, channels...).Result()
+			})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		cluster := redistest.StartCluster(t)
+		const scope = "hot"
+		// Every channel is in the scope's slot.
+		inspect := cluster.MasterOf(t, scopeKeys(DefaultPrefix, scope)[keyChannel]).Client(t)
+		splitsAndMerges(t, func() goredis.UniversalClient { return cluster.Client(t) }, func(int) string { return scope },
+			func(ctx context.Context, channels ...string) (map[string]int64, error) {
+				return inspect.PubSubShardNumSub(ctx, channels...).Result()
+			})
+	})
+}
+
+// splitsAndMerges has Watches of their own clients follow scope(i), and
+// counts the followers of their shared channels with numsub.
+func splitsAndMerges(t *testing.T, client func() goredis.UniversalClient, scope func(i int) string,
+	numsub func(context.Context, ...string) (map[string]int64, error)) {
 	const (
 		period = 100 * time.Millisecond
 		limit  = 8
 	)
-	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var watches []*watch
 	for i := range 2 * limit {
-		c := New(srv.Client(t), WithHeartbeat(period))
+		c := New(client(), WithHeartbeat(period))
 		c.sharedCap = limit
-		w := follow(t, ctx, c, "s"+strconv.Itoa(i)).(*watch)
+		w := follow(t, ctx, c, scope(i)).(*watch)
 		beating(t, w)
 		watches = append(watches, w)
 	}
-	inspect := srv.Client(t)
 	// channels returns the shared channels of ws, with how many follow each.
 	channels := func(ws []*watch) map[string]int64 {
 		var names []string
 		for _, w := range ws {
 			w.mu.Lock()
-			names = append(names, w.subs[""].shared)
+			for _, s := range w.subs {
+				names = append(names, s.shared)
+			}
 			w.mu.Unlock()
 		}
-		n, err := inspect.PubSubNumSub(ctx, names...).Result()
+		n, err := numsub(ctx, names...)
 		if err != nil {
 			t.Fatal(err)
 		}
