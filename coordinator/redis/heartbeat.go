@@ -57,9 +57,10 @@ import (
 // sends to the new node that none of its kind follows there: the next
 // shared heartbeat, at most a period and a round trip after the client
 // follows it, when it is the first of the fleet there, or else its own,
-// at most three periods after (measured: 0.5-1.3 s after the replica's
-// promotion with Sentinel, whose announcement takes most of it; 0.05 s on
-// a Cluster, by the unsubscription). A false alarm takes three periods in
+// at most three periods after (measured after the replica's promotion
+// with Sentinel, whose announcement takes most of it: 0.5-1.3 s for the
+// first Watch there, 1.8 s for one whose own channel tells; 0.05 s on a
+// Cluster, by the unsubscription). A false alarm takes three periods in
 // a row with no heartbeat, a stall of 1 s; with the package's tests in
 // parallel under -race on 2 cores, heartbeats came at most 502 ms apart.
 //
