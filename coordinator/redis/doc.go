@@ -25,10 +25,10 @@
 //	<prefix>v2:{h}:window          hash: the generation label and the buckets of the window
 //	<prefix>v2:{h}:probes          hash: probe leases, claim -> deadline (Unix ms)
 //	<prefix>v2:{h}:transitions     the scope's transition channel (pub/sub, not a key); it also carries "policy <version>" when the scope's override changes
-//	<prefix>v2:{h}:heartbeat       on a Cluster, the heartbeat channel (pub/sub) that Watches share, h of a scope they follow;
-//	                               :heartbeat:<level>.<group> once it has split (more than 1,000 followers)
-//	<prefix>v2:{h}:heartbeat:<id>  on a Cluster, a Watch's own heartbeat channel (pub/sub) beside it
-//	<prefix>v2:{fleet}:heartbeat[...]  on a single server, the same channels: shared by every Watch
+//	<prefix>v2:{fleet}:heartbeat       the heartbeat channel (pub/sub) every Watch shares, on a single server;
+//	                                   :heartbeat:<level>.<group> once it has split (more than 1,000 followers)
+//	<prefix>v2:{fleet}:heartbeat:<id>  a Watch's own heartbeat channel (pub/sub) beside it
+//	<prefix>v2:{hb<n>}:heartbeat...    on a Cluster, the same channels, one tag per node (heartbeatBase)
 //	<prefix>v2:{h}:policy          hash: the scope's policy override (override, version, by, reason, at), never expiring
 //	<prefix>v2:{fleet}:policy      hash: the fleet default, likewise, in a slot of its own
 //	<prefix>v2:{fleet}:policy-changes  the fleet default's channel: "policy <version>"
@@ -109,8 +109,8 @@
 // heartbeat. The cost, per node that serves a scope a replica follows:
 // two commands a second per shared channel, which all its followers
 // receive, and two every three seconds per replica. On a single server
-// every Watch of the prefix shares one channel; on a Cluster, those whose
-// subscription to the node opened for the same scope. A channel with more
+// every Watch of the prefix shares one channel; on a Cluster, every Watch
+// subscribed to the node. A channel with more
 // than 1,000 followers splits, so that a heartbeat never holds the node
 // long (2.1-2.6 µs a follower).
 //

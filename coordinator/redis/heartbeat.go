@@ -18,15 +18,14 @@ import (
 // end to end, by publishing through the client's command connections,
 // which go where the scripts' PUBLISH goes, on two channels that each of
 // its subscriptions follows besides the scopes' channels (on a Cluster,
-// both in the slot of the scope the subscription was opened for):
+// both in a slot of the subscription's node, heartbeatBase):
 //   - the shared heartbeat channel (sharedChannel), which every Watch on a
-//     single server follows, and on a Cluster every Watch whose
-//     subscription to the node opened for the same scope. Every heartbeat
-//     period (WithHeartbeat; 500 ms by default) one of them publishes its
-//     id on it, and the rest hear it: a Watch publishes unless it heard
-//     another's heartbeat within the last period (so the one that
-//     published last goes on, and the first to notice a silence takes
-//     over). Two that published at once hear each other, and the one with
+//     single server follows, and on a Cluster every Watch subscribed to
+//     the node. Every heartbeat period (WithHeartbeat; 500 ms by default)
+//     one of them publishes its id on it, and the rest hear it: a Watch
+//     publishes unless it heard another's heartbeat within the last period
+//     (so the one that published last goes on, and the first to notice a
+//     silence takes over). Two that published at once hear each other, and the one with
 //     the greater id yields. So a hot scope's master runs about two
 //     heartbeats a second per thousand replicas that follow it (a channel
 //     splits past that, sharedheartbeat.go), not two per replica;

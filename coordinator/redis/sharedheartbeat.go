@@ -1,10 +1,14 @@
 package redis
 
 import (
+	"context"
+	"fmt"
 	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // The shared heartbeat channel (see heartbeat.go): its name, whose turn it
@@ -26,18 +30,35 @@ import (
 const sharedCap = 1000
 
 // heartbeatBase is the start of the names of the heartbeat channels of a
-// subscription that opened with ch, a scope's channel. On a Cluster it is
-// in ch's hash tag, so that they live in the slot of that scope, on the
-// node the subscription is on, and the shared channel is shared by the
-// Watches that followed that scope first there. A single server has no
-// slots: every Watch of the prefix shares one. The prefix holds no brace
-// (see New): the first '}' ends the tag.
-func (c *Coordinator) heartbeatBase(ch string) string {
+// subscription to node, in a slot that node serves, so that every Watch
+// subscribed to it shares one channel whatever scopes it follows. A
+// single server has no slots: <prefix>v2:{fleet}:heartbeat. On a Cluster
+// the tag is the first of {hb0}, {hb1}, ... whose slot the client's map
+// puts on node (three tries, on average, with three masters); each
+// client makes the same choice from the same map. A slot that moves later
+// takes the subscription with it, which Redis tells (confirmed), and the
+// next Watch chooses again.
+func (c *Coordinator) heartbeatBase(ctx context.Context, node string) (string, error) {
 	if !c.sharded {
-		return c.prefix + layout + ":{fleet}:heartbeat"
+		return c.prefix + layout + ":{fleet}:heartbeat", nil
 	}
-	return ch[:strings.IndexByte(ch, '}')+1] + ":heartbeat"
+	cc := c.client.(*goredis.ClusterClient)
+	for i := 0; i < heartbeatTags; i++ {
+		base := c.prefix + layout + ":{hb" + strconv.Itoa(i) + "}:heartbeat"
+		master, err := cc.MasterForKey(ctx, base)
+		if err != nil {
+			return "", err
+		}
+		if master.Options().Addr == node {
+			return base, nil
+		}
+	}
+	return "", fmt.Errorf("none of %d heartbeat tags has its slot on %s", heartbeatTags, node)
 }
+
+// heartbeatTags is how many tags heartbeatBase tries: with a node serving
+// one slot in a hundred, the chance that none of them is there is 1e-13.
+const heartbeatTags = 3000
 
 // sharedChannel names the shared channel of the Watch id at level, under
 // base: base itself at level 0, else base:<level>.<group>. A Watch's own

@@ -49,9 +49,9 @@ func TestSharedHeartbeatTurns(t *testing.T) {
 
 // Watches share one heartbeat a period between them, and each publishes
 // on its own channel every third period: a hot scope's master runs about
-// a heartbeat a period, not one per replica. On a single server every
-// Watch shares one channel, whatever scope it follows; on a Cluster,
-// those whose subscription to a node opened for the same scope.
+// a heartbeat a period, not one per replica. They share whatever scopes
+// they follow: on a single server every Watch, on a Cluster every Watch
+// subscribed to the node.
 func TestWatchesShareOneHeartbeat(t *testing.T) {
 	t.Parallel()
 	t.Run("server", func(t *testing.T) {
@@ -62,7 +62,22 @@ func TestWatchesShareOneHeartbeat(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) {
 		t.Parallel()
 		cluster := redistest.StartCluster(t)
-		shareOneHeartbeat(t, func() goredis.UniversalClient { return cluster.Client(t) }, func(int) string { return "hot" })
+		// Scopes of one node, each its own.
+		cc := cluster.Client(t)
+		nodeOf := func(scope string) string {
+			m, err := cc.MasterForKey(context.Background(), scopeKeys(DefaultPrefix, scope)[keyChannel])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m.Options().Addr
+		}
+		var scopes []string
+		for i := 0; len(scopes) < 8; i++ {
+			if s := "s" + strconv.Itoa(i); nodeOf(s) == nodeOf("s0") {
+				scopes = append(scopes, s)
+			}
+		}
+		shareOneHeartbeat(t, func() goredis.UniversalClient { return cluster.Client(t) }, func(i int) string { return scopes[i] })
 	})
 }
 
@@ -149,11 +164,15 @@ func TestWatchLostOnFailoverWhereOthersFollow(t *testing.T) {
 	// Another replica's subscription on the new master, made as soon as it
 	// is master (the Sentinel's promotion closes the subscriptions it had),
 	// long before the Sentinel announces it and the client follows.
+	shared, err := c.heartbeatBase(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	other := make(chan *goredis.PubSub, 1)
 	promotion := make(chan time.Time, 1)
 	go func() {
 		at := <-switched
-		ps := master.Client(t).Subscribe(ctx, c.heartbeatBase(scopeKeys(c.prefix, failoverScope)[keyChannel]))
+		ps := master.Client(t).Subscribe(ctx, shared)
 		if _, err := ps.Receive(ctx); err != nil {
 			t.Error(err)
 		}

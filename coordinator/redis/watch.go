@@ -183,12 +183,21 @@ func (w *watch) subscribe(ctx context.Context, ch string) error {
 	case s == nil:
 		// The channel goes with the new subscription: a sharded one
 		// connects to the node that owns its first channel.
-		base := w.c.heartbeatBase(ch)
+		base, err := w.c.heartbeatBase(ctx, node)
+		if err != nil {
+			return err
+		}
 		s = &sub{node: node, base: base, heartbeat: base + ":" + w.id, shared: sharedChannel(base, 0, w.id), leaving: make(map[string]int)}
 		if w.c.sharded {
-			s.ps = cc.SSubscribe(ctx, ch, s.heartbeat, s.shared)
+			// One SSUBSCRIBE takes channels of one slot.
+			s.ps = cc.SSubscribe(ctx, ch)
+			err = s.ps.SSubscribe(ctx, s.heartbeat, s.shared)
 		} else {
 			s.ps = w.c.client.Subscribe(ctx, ch, s.heartbeat, s.shared)
+		}
+		if err != nil {
+			s.ps.Close()
+			return err
 		}
 		w.mu.Lock()
 		if w.err != nil {
