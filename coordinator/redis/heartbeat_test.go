@@ -248,24 +248,50 @@ func testFailover(t *testing.T, c *Coordinator, replica *redistest.Server, failo
 
 // A slot that moves to another node takes its channels' subscriptions
 // along: Redis 7 tells their subscribers with an unsubscription that the
-// Watch did not ask for.
+// Watch did not ask for. Whether it is the slot of a followed scope or of
+// the node's heartbeat channels.
 func TestWatchLostWhenSlotMoves(t *testing.T) {
 	t.Parallel()
-	cluster := redistest.StartCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cc := cluster.Client(t)
-	c := New(cc)
-	const scope = "s"
-	w := follow(t, ctx, c, scope)
-	beating(t, w)
+	for _, tc := range []struct {
+		name string
+		// key is a key or channel in the slot to move.
+		key func(t *testing.T, c *Coordinator, w coordinator.Watch) string
+	}{
+		{"a scope's", func(_ *testing.T, c *Coordinator, _ coordinator.Watch) string {
+			return scopeKeys(c.prefix, "s")[keyChannel]
+		}},
+		{"the heartbeats'", func(t *testing.T, _ *Coordinator, w coordinator.Watch) string {
+			return beating(t, w)[1] // the shared channel, in the slot of the Watch's own
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cluster := redistest.StartCluster(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cc := cluster.Client(t)
+			c := New(cc)
+			const scope = "s"
+			w := follow(t, ctx, c, scope)
+			beating(t, w)
+			key := tc.key(t, c, w)
+			lost := lose(ctx, w)
+			moved := moveSlot(t, ctx, cluster, cc, key)
+			lostWithin(t, <-lost, moved)
+			next(t, ctx, refollow(t, ctx, c, scope), trip(t, c, scope))
+		})
+	}
+}
 
-	ch := scopeKeys(c.prefix, scope)[keyChannel]
-	slot, err := cc.ClusterKeySlot(ctx, ch).Result()
+// moveSlot moves the slot of key to another master, and returns when the
+// last step, which the subscribers of its channels hear of, began.
+func moveSlot(t *testing.T, ctx context.Context, cluster *redistest.Cluster, cc *goredis.ClusterClient, key string) time.Time {
+	t.Helper()
+	slot, err := cc.ClusterKeySlot(ctx, key).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	from := cluster.MasterOf(t, ch)
+	from := cluster.MasterOf(t, key)
 	to := cluster.Nodes[0]
 	if to == from {
 		to = cluster.Nodes[1]
@@ -287,12 +313,9 @@ func TestWatchLostWhenSlotMoves(t *testing.T) {
 	setSlot(to, "IMPORTING", fromID)
 	setSlot(from, "MIGRATING", toID)
 	setSlot(to, "NODE", toID)
-	lost := lose(ctx, w)
 	moved := time.Now()
 	setSlot(from, "NODE", toID)
-	lostWithin(t, <-lost, moved)
-
-	next(t, ctx, refollow(t, ctx, c, scope), trip(t, c, scope))
+	return moved
 }
 
 // A healthy feed is not reported lost while nothing happens, nor while
