@@ -77,7 +77,7 @@ func (f *feed) serve(ctx context.Context) {
 	if f.share != nil {
 		pw, ok := watch.(coordinator.PolicyWatch)
 		if !ok {
-			f.share.poll.Store(true)
+			f.share.deafFeed(watch)
 		} else if err := pw.FollowPolicies(ctx, f.share.heard); err != nil {
 			if ctx.Err() == nil {
 				f.lost(err)

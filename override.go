@@ -3,6 +3,7 @@ package cbgrpc
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +60,7 @@ type sharing struct {
 
 	fleet      coordinator.PolicyLayer
 	fleetStale atomic.Bool
+	deaf       sync.Once // reports a feed that cannot tell policy changes
 	// reported is the last invalid combination reported, so that one is
 	// reported once, not on every read; unreported holds those make found
 	// since, reported by refresh once it holds no lock (a user's error
@@ -81,6 +83,18 @@ func (s *sharing) heard(ch coordinator.PolicyChange) {
 		return
 	}
 	s.k.saidPolicy(ch.Target.Scope, ch.Version)
+}
+
+// deafFeed takes a feed whose Watch cannot tell policy changes: the fleet
+// default is read every overridePoll from then on. It is reported once,
+// for it is most often a coordinator that wraps another and hid
+// coordinator.PolicyWatch, at the price of two reads a second.
+func (s *sharing) deafFeed(w coordinator.Watch) {
+	s.poll.Store(true)
+	s.deaf.Do(func() {
+		otel.Handle(fmt.Errorf("cbgrpc: shared policy: the feed's Watch, %T, does not implement coordinator.PolicyWatch: "+
+			"the fleet default is read every %v instead of heard of (a coordinator that wraps another should keep the interface)", w, overridePoll))
+	})
 }
 
 // fleetChanged has the fleet default read again: its feed told of a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -227,4 +228,59 @@ func TestSharedPolicyLeavesOutWhatBreaksTheCode(t *testing.T) {
 	})
 	eventually(t, "the second report", func() bool { return count() == 2 })
 
+}
+
+// A feed whose Watch cannot tell policy changes (here a wrapper that hid
+// coordinator.PolicyWatch) has the Breaker read the fleet default twice a
+// second: said once, to the OpenTelemetry error handler, however often the
+// feed connects.
+func TestDeafFeedIsReportedOnce(t *testing.T) {
+	reported := otelErrors(t)
+	c := &deafCoordinator{Coordinator: memory.New()}
+	b := newBreaker(t, c, WithPolicy(tripPolicy()))
+	const scope = "deaf"
+	admitN(t, b, scope, 1)
+	eventually(t, "the feed follows the scope", func() bool { return followed(b, scope) })
+	c.closeWatches()
+	eventually(t, "the feed connects again", func() bool { return c.opened.Load() >= 2 && followed(b, scope) })
+	var deaf []error
+	for _, err := range reported() {
+		if strings.Contains(err.Error(), "does not implement coordinator.PolicyWatch") {
+			deaf = append(deaf, err)
+		}
+	}
+	if len(deaf) != 1 {
+		t.Errorf("reported %d times that the feed cannot tell policy changes, want once: %v", len(deaf), deaf)
+	}
+}
+
+// deafCoordinator is the memory coordinator behind a Watch that hides
+// coordinator.PolicyWatch, as a careless wrapper would.
+type deafCoordinator struct {
+	*memory.Coordinator
+	opened  atomic.Int64
+	mu      sync.Mutex
+	watches []coordinator.Watch
+}
+
+func (c *deafCoordinator) Watch(ctx context.Context) (coordinator.Watch, error) {
+	w, err := c.Coordinator.Watch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.opened.Add(1)
+	c.mu.Lock()
+	c.watches = append(c.watches, w)
+	c.mu.Unlock()
+	return struct{ coordinator.Watch }{w}, nil
+}
+
+// closeWatches ends every Watch: the feed connects again.
+func (c *deafCoordinator) closeWatches() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.watches {
+		w.Close()
+	}
+	c.watches = nil
 }

@@ -168,8 +168,9 @@ type PolicyChange struct {
 // PolicyWatch is implemented by a [Watch] that also tells of changes of
 // overrides: those of the scopes it follows, and of the fleet default.
 // Both coordinators of this module implement it. A Breaker whose feed's
-// Watch does not reads the fleet default twice a second instead, so a
-// coordinator that wraps another should keep it on the Watches it wraps.
+// Watch does not reads the fleet default twice a second instead (and says
+// so, once, to the OpenTelemetry error handler), so a coordinator that
+// wraps another should keep it on the Watches it wraps.
 type PolicyWatch interface {
 	// FollowPolicies has the Watch call f with every change of the fleet
 	// default, and of the override of a scope it follows, made after
