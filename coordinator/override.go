@@ -256,6 +256,14 @@ func DecodePolicy(s string) (Policy, error) {
 // process: Records carry it, so that a coordinator can tell how many
 // different policies its replicas run (Snapshot.Policies).
 func (p Policy) Fingerprint() string {
-	sum := sha256.Sum256([]byte(p.Encode()))
-	return hex.EncodeToString(sum[:6])
+	_, fp := p.Encoded()
+	return fp
+}
+
+// Encoded returns p's [Policy.Encode] and [Policy.Fingerprint] for the
+// price of one encoding: a Record sends both.
+func (p Policy) Encoded() (encoding, fingerprint string) {
+	encoding = p.Encode()
+	sum := sha256.Sum256([]byte(encoding))
+	return encoding, hex.EncodeToString(sum[:6])
 }

@@ -76,15 +76,15 @@ import (
 // is always three periods.
 const (
 	heartbeatEvery = 500 * time.Millisecond
-	silenceBound   = 3 * heartbeatEvery
-	// ownEvery is how many periods apart a Watch publishes on its own
-	// channel: the silence bound, so that a failover is told within it.
-	ownEvery = 3
+	// silencePeriods is the silence bound in periods, and how many
+	// periods apart a Watch publishes on its own channel, so that a
+	// failover is told within the bound too.
+	silencePeriods = 3
 )
 
 // silence is how long a subscription may hear no heartbeat before its
 // feed is lost.
-func (c *Coordinator) silence() time.Duration { return 3 * c.heartbeat }
+func (c *Coordinator) silence() time.Duration { return silencePeriods * c.heartbeat }
 
 // beat publishes the heartbeats every period until the Watch ends.
 // A Watch that follows no scope has no subscription, nothing to miss, and
@@ -99,7 +99,7 @@ func (w *watch) beat() {
 			return
 		case <-tick.C:
 		}
-		w.publish(n%ownEvery == 0)
+		w.publish(n%silencePeriods == 0)
 	}
 }
 

@@ -325,7 +325,7 @@ func TestWatchHealthyFeedIsNotLost(t *testing.T) {
 	t.Parallel()
 	// Three silence bounds: a feed whose heartbeats stopped would be lost
 	// twice over.
-	idle := 3 * silenceBound
+	idle := 3 * silencePeriods * heartbeatEvery
 	t.Run("idle", func(t *testing.T) {
 		t.Parallel()
 		srv := redistest.Start(t)

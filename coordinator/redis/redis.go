@@ -277,10 +277,11 @@ func (c *Coordinator) Record(ctx context.Context, scope string, p coordinator.Po
 	// Runs of equal outcomes go as one: a replica's batch is mostly
 	// successes of one generation, and record.lua counts a run of them at
 	// once.
+	encoding, fingerprint := p.Encoded()
 	args := make([]any, 0, 11+3*4)
 	args = append(args, p.MinCalls, coordinator.Permille(p.FailureRatio), coordinator.Permille(p.SlowCallRatio),
 		p.ConsecutiveFailures, p.OpenFor.Milliseconds(), coordinator.BatchID(ctx), coordinator.RecentBatches,
-		p.Fingerprint(), int(coordinator.PolicySourceOf(ctx)), p.Encode(), coordinator.RecentPolicies)
+		fingerprint, int(coordinator.PolicySourceOf(ctx)), encoding, coordinator.RecentPolicies)
 	for i := 0; i < len(outcomes); {
 		gen, flags := outcomes[i].Generation, outcomeFlags(p, outcomes[i])
 		n := 1

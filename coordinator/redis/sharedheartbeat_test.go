@@ -139,9 +139,9 @@ func shareOneHeartbeat(t *testing.T, client func() goredis.UniversalClient, scop
 	if sharedBeats < periods/2 || sharedBeats > 2*periods {
 		t.Errorf("%d shared heartbeats over %d periods; want about one a period", sharedBeats, periods)
 	}
-	if want := watches * periods / ownEvery; own < want/2 || own > 3*want/2 {
+	if want := watches * periods / silencePeriods; own < want/2 || own > 3*want/2 {
 		t.Errorf("%d heartbeats on the Watches' own channels over %d periods; want about %d (each every %d periods)",
-			own, periods, want, ownEvery)
+			own, periods, want, silencePeriods)
 	}
 }
 
