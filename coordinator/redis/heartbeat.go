@@ -105,9 +105,10 @@ func (w *watch) beat() {
 
 // A heartbeat is one publication on a subscription's heartbeat channels.
 type heartbeat struct {
-	s    *sub
-	own  bool // on the Watch's own channel; else on the shared one
-	sent *goredis.IntCmd
+	s       *sub
+	own     bool   // on the Watch's own channel; else on the shared one
+	ch, msg string // taken with w.mu held: the shared channel moves (moved)
+	sent    *goredis.IntCmd
 }
 
 // publish sends the heartbeats due on every subscription whose heartbeat
@@ -123,10 +124,14 @@ func (w *watch) publish(own bool) {
 			continue
 		}
 		if own {
-			beats = append(beats, heartbeat{s: s, own: true})
+			beats = append(beats, heartbeat{s: s, own: true, ch: s.heartbeat})
 		}
 		if s.shares(now, w.c.heartbeat) {
-			beats = append(beats, heartbeat{s: s})
+			msg := w.id
+			if s.followers > 0 {
+				msg += " " + strconv.Itoa(s.followers)
+			}
+			beats = append(beats, heartbeat{s: s, ch: s.shared, msg: msg})
 		}
 	}
 	w.mu.Unlock()
@@ -138,17 +143,10 @@ func (w *watch) publish(own bool) {
 	defer cancel()
 	w.c.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, b := range beats {
-			ch, msg := b.s.shared, w.id
-			if b.s.followers > 0 {
-				msg += " " + strconv.Itoa(b.s.followers)
-			}
-			if b.own {
-				ch, msg = b.s.heartbeat, ""
-			}
 			if w.c.sharded {
-				beats[i].sent = p.SPublish(ctx, ch, msg)
+				beats[i].sent = p.SPublish(ctx, b.ch, b.msg)
 			} else {
-				beats[i].sent = p.Publish(ctx, ch, msg)
+				beats[i].sent = p.Publish(ctx, b.ch, b.msg)
 			}
 		}
 		return nil
@@ -160,6 +158,9 @@ func (w *watch) publish(own bool) {
 		switch {
 		case b.s.closed:
 			// Unfollow closed it meanwhile: its subscriber is gone.
+		case !b.own && b.ch != b.s.shared:
+			// It moved to another shared channel meanwhile: what the
+			// one it left says is no news.
 		case err != nil:
 			// The heartbeat will not come: the reader reports the silence.
 			b.s.unsent = err

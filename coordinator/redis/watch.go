@@ -167,14 +167,28 @@ func (w *watch) subscribe(ctx context.Context, ch string) error {
 		}
 		node = master.Options().Addr
 	}
+	w.mu.Lock()
+	s := w.subs[node]
+	w.mu.Unlock()
+	// confirm is the channel whose confirmation says that the subscription
+	// holds: ch, or for a new subscription its shared heartbeat channel,
+	// which Redis confirms after ch and the own one, or answers MOVED if
+	// the client's slot map was stale.
+	confirm, base := ch, ""
+	if s == nil {
+		var err error
+		if base, err = w.c.heartbeatBase(ctx, node); err != nil {
+			return err
+		}
+		confirm = sharedChannel(base, 0, w.id)
+	}
 	acked := make(chan struct{})
 	w.mu.Lock()
-	w.pending[ch] = acked
-	s := w.subs[node]
+	w.pending[confirm] = acked
 	w.mu.Unlock()
 	defer func() {
 		w.mu.Lock()
-		delete(w.pending, ch)
+		delete(w.pending, confirm)
 		w.mu.Unlock()
 	}()
 
@@ -183,11 +197,7 @@ func (w *watch) subscribe(ctx context.Context, ch string) error {
 	case s == nil:
 		// The channel goes with the new subscription: a sharded one
 		// connects to the node that owns its first channel.
-		base, err := w.c.heartbeatBase(ctx, node)
-		if err != nil {
-			return err
-		}
-		s = &sub{node: node, base: base, heartbeat: base + ":" + w.id, shared: sharedChannel(base, 0, w.id), leaving: make(map[string]int)}
+		s = &sub{node: node, base: base, heartbeat: base + ":" + w.id, shared: confirm, leaving: make(map[string]int)}
 		if w.c.sharded {
 			// One SSUBSCRIBE takes channels of one slot.
 			s.ps = cc.SSubscribe(ctx, ch)
