@@ -121,10 +121,12 @@ func TestRedisOneTripOneSpan(t *testing.T) {
 	svc.setErr(status.Error(codes.Unavailable, "down"))
 	addr := serveTest(t, svc)
 	tracings := make([]*tracing, replicas)
+	breakers := make([]*Breaker, replicas)
 	var wg sync.WaitGroup
 	for i := range replicas {
 		tracings[i] = newTracing()
 		b := newBreaker(t, cbredis.New(srv.Client(t)), WithPolicy(p), WithTracerProvider(tracings[i].tp), WithRecordInterval(time.Millisecond))
+		breakers[i] = b
 		client := testgrpc.NewTestServiceClient(dial(t, addr, b))
 		wg.Add(1)
 		go func() {
@@ -139,6 +141,12 @@ func TestRedisOneTripOneSpan(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// A replica can hear of the trip on the feed before the tripping
+	// Record's answer reaches its own replica: Close waits for that
+	// round trip, and its span.
+	for _, b := range breakers {
+		b.Close()
+	}
 	spans := 0
 	for _, tr := range tracings {
 		spans += len(tr.transitions(coordinator.StateClosed, coordinator.StateOpen))
