@@ -203,15 +203,15 @@ type sample struct {
 	latency [32]int64
 }
 
-// sentCounts are the scripts and the publishes (heartbeats) the replicas'
-// clients sent.
-type sentCounts struct{ scripts, publishes int64 }
+// sentCounts are the scripts of the calls and the heartbeats the
+// replicas' clients sent.
+type sentCounts struct{ scripts, heartbeats int64 }
 
 func (f *fleet) sample(ctx context.Context, servers []*goredis.Client) (sample, error) {
 	stats, err := readStats(ctx, servers)
 	return sample{at: time.Now(), stats: stats, client: processCPU(), machine: machineCPU(),
 		counts: sumCounts(f.replicas), latency: f.latency.counts(),
-		sent: sentCounts{f.sent.scripts.Load(), f.sent.publishes.Load()}}, err
+		sent: sentCounts{f.sent.scripts.Load(), f.sent.heartbeats.Load()}}, err
 }
 
 // stopCalling stops the callers and waits for them.

@@ -46,8 +46,10 @@ type FleetRow struct {
 	ClientMicros float64 `json:"client_cpu_us_per_rss"`
 	OtherCores   float64 `json:"other_cpu_cores"`
 
-	// From INFO commandstats: scripts (EVALSHA, EVAL), their execution
-	// time inside Redis, publishes (transitions and feed heartbeats) and
+	// From INFO commandstats: scripts (EVALSHA, EVAL; the feeds'
+	// heartbeats are scripts too, left out of the count by the replicas'
+	// own, but not of the time), their execution time inside Redis,
+	// publishes (transitions and heartbeats, which scripts run) and
 	// theirs, subscriptions made, and every command Redis ran (those
 	// inside scripts included, INFO left out). Execution times are
 	// elapsed, not CPU: on a machine short of cores they include the
@@ -60,9 +62,8 @@ type FleetRow struct {
 	Subscribes         int64   `json:"subscribes"`
 	CommandsPerSecond  float64 `json:"commands_per_second"`
 	// The heartbeats the replicas sent, per replica-second: per node that
-	// serves a scope the replica follows, 2 every 3 s on its own channel,
-	// and its share of 2 a second on the channel it shares with the
-	// others (coordinator/redis/heartbeat.go).
+	// serves a scope the replica follows, its share of 2 a second on the
+	// channel it shares with the others (coordinator/redis/heartbeat.go).
 	HeartbeatsPerReplicaSecond float64 `json:"heartbeats_per_replica_second"`
 	// The replicas' coordinator calls, as they count them.
 	AdmitsPerRSS  float64 `json:"admits_per_rss"`
@@ -145,6 +146,7 @@ func newFleetRow(cfg FleetConfig, target Target, before, after sample, end fleet
 	rss := float64(cfg.Replicas*cfg.Scopes) * secs
 	client := (after.client - before.client).Seconds()
 	scripts := d.sum("evalsha", "eval", "evalsha_ro", "eval_ro")
+	callScripts := max(0, scripts.calls-(after.sent.heartbeats-before.sent.heartbeats))
 	var commands int64
 	for name, c := range d.commands {
 		if name != "info" {
@@ -170,10 +172,10 @@ func newFleetRow(cfg FleetConfig, target Target, before, after sample, end fleet
 		RedisNetMicros:             net * 1e6 / rss,
 		ClientCores:                client / secs,
 		ClientMicros:               client * 1e6 / rss,
-		ScriptsPerSecond:           float64(scripts.calls) / secs,
-		ScriptsPerRSS:              float64(scripts.calls) / rss,
+		ScriptsPerSecond:           float64(callScripts) / secs,
+		ScriptsPerRSS:              float64(callScripts) / rss,
 		PublishesPerSecond:         float64(d.sum("publish", "spublish").calls) / secs,
-		HeartbeatsPerReplicaSecond: float64(after.sent.publishes-before.sent.publishes) / (replicas * secs),
+		HeartbeatsPerReplicaSecond: float64(after.sent.heartbeats-before.sent.heartbeats) / (replicas * secs),
 		Subscribes:                 d.sum("subscribe", "ssubscribe").calls,
 		CommandsPerSecond:          float64(commands) / secs,
 		AdmitsPerRSS:               calls(func(c fleetCounts) int64 { return c.admits }) / rss,
@@ -202,7 +204,7 @@ func newFleetRow(cfg FleetConfig, target Target, before, after sample, end fleet
 		qsecs := q1.at.Sub(q0.at).Seconds()
 		quiet := q1.stats.cpu - q0.stats.cpu - end.idleCores*qsecs
 		row.QuietSeconds, row.QuietScripts = qsecs, q1.sent.scripts-q0.sent.scripts
-		row.QuietHeartbeatsPerReplicaSecond = float64(q1.sent.publishes-q0.sent.publishes) / (replicas * qsecs)
+		row.QuietHeartbeatsPerReplicaSecond = float64(q1.sent.heartbeats-q0.sent.heartbeats) / (replicas * qsecs)
 		row.ReplicaCPUMicros = quiet * 1e6 / (replicas * qsecs)
 		row.ReplicaCPUMicrosPerRSS = row.ReplicaCPUMicros / scopes
 		row.ScopeCPUMicros = row.RedisNetMicros - row.ReplicaCPUMicrosPerRSS

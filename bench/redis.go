@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -82,19 +83,32 @@ func (r *Redis) Target() Target { return Target{Addrs: []string{r.Addr}} }
 
 // commandCounter is a go-redis hook that counts the commands a client
 // sends: what a breaker costs in round trips, whatever a script does inside
-// Redis. Of them, it counts apart the scripts and the publishes (on the
-// command connections: the transition feed's heartbeats), which a fleet's
-// Redis CPU is split between.
-type commandCounter struct{ n, scripts, publishes atomic.Int64 }
+// Redis. Of them, it counts apart the scripts of the calls and the
+// transition feed's heartbeats, which a fleet's Redis CPU is split between.
+type commandCounter struct{ n, scripts, heartbeats atomic.Int64 }
 
 func (c *commandCounter) count(cmd goredis.Cmder) {
 	c.n.Add(1)
 	switch cmd.Name() {
 	case "evalsha", "eval", "evalsha_ro", "eval_ro":
-		c.scripts.Add(1)
-	case "publish", "spublish":
-		c.publishes.Add(1)
+		if isHeartbeat(cmd.Args()) {
+			c.heartbeats.Add(1)
+		} else {
+			c.scripts.Add(1)
+		}
 	}
+}
+
+// isHeartbeat reports whether the arguments of a script's command are
+// those of a feed's heartbeat: its one key is a heartbeat channel,
+// "<prefix>v2:{fleet}:heartbeat..." or "<prefix>v2:{hb<n>}:heartbeat..."
+// (coordinator/redis/heartbeat.lua).
+func isHeartbeat(args []any) bool {
+	if len(args) < 4 {
+		return false
+	}
+	key, _ := args[3].(string)
+	return strings.Contains(key, "}:heartbeat")
 }
 
 func (c *commandCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }

@@ -27,7 +27,6 @@
 //	<prefix>v2:{h}:transitions     the scope's transition channel (pub/sub, not a key); it also carries "policy <version>" when the scope's override changes
 //	<prefix>v2:{fleet}:heartbeat       the heartbeat channel (pub/sub) every Watch shares, on a single server;
 //	                                   :heartbeat:<level>.<group> once it has split (more than 1,000 followers)
-//	<prefix>v2:{fleet}:heartbeat:<id>  a Watch's own heartbeat channel (pub/sub) beside it
 //	<prefix>v2:{hb<n>}:heartbeat...    on a Cluster, the same channels, one tag per node (heartbeatBase)
 //	<prefix>v2:{h}:policy          hash: the scope's policy override (override, version, by, reason, at), never expiring
 //	<prefix>v2:{fleet}:policy      hash: the fleet default, likewise, in a slot of its own
@@ -97,22 +96,27 @@
 // a node that lost the slot). Through the client's command connections,
 // as the scripts publish, the Watches publish heartbeats that their
 // subscriptions follow: every 500 ms ([WithHeartbeat]) one of the Watches
-// that share a heartbeat channel publishes on it, and the others hear it;
-// every 1.5 s each Watch publishes on a channel of its own, whose reply
-// says whether its subscription is on the node the commands reach. A Watch
-// reports the feed lost ([coordinator.ErrFeedLost], saying why) when a
-// heartbeat reaches no subscriber on the node the commands go to (a
-// failover, a moved slot), when none has come for 1.5 s (three periods),
-// or when Redis unsubscribes a channel on its own (a slot that moved):
-// within 2 s of the fault, or of the client's following a failover. A
-// Watch that follows no scope holds no subscription and sends no
-// heartbeat. The cost, per node that serves a scope a replica follows:
-// two commands a second per shared channel, which all its followers
-// receive, and two every three seconds per replica. On a single server
-// every Watch of the prefix shares one channel; on a Cluster, every Watch
-// subscribed to the node. A channel with more
-// than 1,000 followers splits, so that a heartbeat never holds the node
-// long (2.1-2.6 µs a follower).
+// that share a heartbeat channel publishes on it (a script, heartbeat.lua),
+// and the others hear it. Each heartbeat carries the replication ID of the
+// node it ran on, which a replica shares with its master and a failover
+// makes anew. A Watch reports the feed lost ([coordinator.ErrFeedLost],
+// saying why) when a heartbeat reaches no subscriber on the node the
+// commands go to (a failover, a moved slot), when one heard, or the node a
+// Watch publishes to, has another replication ID than the subscription
+// heard first (a demoted master now relaying a new one's stream, with a
+// gap), when none has come for 1.5 s (three periods), or when Redis
+// unsubscribes a channel on its own (a slot that moved): within 2 s of the
+// fault, or of the client's following a failover. What no heartbeat tells
+// is a subscription left on an old master that others still publish to
+// while the Watch's commands go to a new one (a split brain); heartbeat.go
+// says what the Watch does then. A Watch that follows no scope holds no
+// subscription and sends no heartbeat. The cost, per node that serves a
+// scope a replica follows: two commands a second per shared channel,
+// which all its followers receive, and nothing per replica. On a single
+// server every Watch of the prefix shares one channel; on a Cluster,
+// every Watch subscribed to the node. A channel with more than 1,000
+// followers splits, so that a heartbeat never holds the node long
+// (2.1-2.6 µs a follower).
 //
 // An operator's commands ([Coordinator.Isolate], Release, Disable and
 // Enable, of [coordinator.Controller]) run one script, control.lua, and

@@ -15,70 +15,73 @@ import (
 // after a failover (go-redis never closes a pub/sub connection to the old
 // master), half-open, behind a proxy that stopped forwarding, or on a
 // Cluster node that no longer serves the slot. So a Watch proves its feed
-// end to end, by publishing through the client's command connections,
-// which go where the scripts' PUBLISH goes, on two channels that each of
-// its subscriptions follows besides the scopes' channels (on a Cluster,
-// both in a slot of the subscription's node, heartbeatBase):
-//   - the shared heartbeat channel (sharedChannel), which every Watch on a
-//     single server follows, and on a Cluster every Watch subscribed to
-//     the node. Every heartbeat period (WithHeartbeat; 500 ms by default)
-//     one of them publishes its id on it, and the rest hear it: a Watch
-//     publishes unless it heard another's heartbeat within the last period
-//     (so the one that published last goes on, and the first to notice a
-//     silence takes over). Two that published at once hear each other, and the one with
-//     the greater id yields. So a hot scope's master runs about two
-//     heartbeats a second per thousand replicas that follow it (a channel
-//     splits past that, sharedheartbeat.go), not two per replica;
-//   - the Watch's own channel, which only it follows. Every third period
-//     it publishes there, to learn from the reply how many clients of the
-//     node the commands reach follow it: none means that its subscription
-//     is not on that node (a failover, a moved slot). The shared channel
-//     cannot tell this: once another replica has subscribed on the new
-//     master, its count is not zero.
+// end to end with heartbeats on a channel that each of its subscriptions
+// follows besides the scopes' channels: the shared heartbeat channel
+// (sharedChannel), which every Watch on a single server follows, and on a
+// Cluster every Watch subscribed to the node (in a slot of that node,
+// heartbeatBase). Every heartbeat period (WithHeartbeat; 500 ms by
+// default) one of them publishes on it, through the client's command
+// connections, which go where the scripts' PUBLISH goes, and the rest hear
+// it: a Watch publishes unless it heard another's heartbeat within the
+// last period (so the one that published last goes on, and the first to
+// notice a silence takes over). Two that published at once hear each
+// other, and the one with the greater id yields. So a hot scope's master
+// runs about two heartbeats a second per thousand replicas that follow it
+// (a channel splits past that, sharedheartbeat.go), not two per replica.
+//
+// A heartbeat (heartbeat.lua) carries the replication ID of the node it
+// runs on: the master's, which its replicas take on as they follow it, and
+// which a replica promoted by a failover makes anew. A subscription keeps
+// the first it hears.
 //
 // The feed is lost when:
-//   - a heartbeat on either channel reaches no subscriber. Silence alone
-//     would miss this: a demoted master made a replica receives what the
-//     new master publishes once it has resynchronised, but not what came
-//     before (measured with redistest's Sentinel: 0.8 s of heartbeats
-//     lost, then heard again). A client subscribed on the new master to a
-//     pattern matching every channel would hide it;
-//   - no heartbeat, on either channel, has come for three periods: the
-//     path from the node is broken;
-//   - Redis unsubscribes a channel on its own: its slot moved (see
-//     confirmed).
+//   - a heartbeat reaches no subscriber on the node the commands go to:
+//     the publisher's subscription is not there (a failover, a moved slot);
+//   - a heartbeat heard, or the reply to one published, carries another
+//     replication ID than the subscription keeps: the subscription hears
+//     another master's stream than it did (a demoted master made a
+//     replica of the new one, which delivers what the new master
+//     publishes once it has resynchronised, but not what came before:
+//     0.8 s of heartbeats, measured with redistest's Sentinel), or the
+//     Watch publishes to another master than it hears;
+//   - no heartbeat has come for three periods: the path from the node is
+//     broken;
+//   - Redis unsubscribes a channel on its own: its slot moved, or a
+//     Cluster master was demoted (see confirmed).
 //
 // With the default period, within 2 s, worst case: a path that breaks at F
 // has delivered its last heartbeat at H <= F, and the reader's read
 // deadline is H + 3 periods (plus the time the reader waited for Next to
 // take a transition, which is no silence), so Next reports the loss by
-// F + 1.5 s; a failover or a moved slot by the first heartbeat the Watch
-// sends to the new node that none of its kind follows there: the next
-// shared heartbeat, at most a period and a round trip after the client
-// follows it, when it is the first of the fleet there, or else its own,
-// at most three periods after (measured after the replica's promotion
-// with Sentinel, whose announcement takes most of it: 0.5-1.3 s for the
-// first Watch there, 1.8 s for one whose own channel tells; 0.05 s on a
-// Cluster, by the unsubscription). A false alarm takes three periods in
-// a row with no heartbeat, a stall of 1 s; with the package's tests in
+// F + 1.5 s; a failover by the first heartbeat published on the new master
+// once the old one follows it, or by the first the Watch sends there when
+// none of its kind follows there (measured after the replica's promotion
+// with Sentinel, whose announcement takes most of it: 0.5-1.3 s; 0.05 s
+// on a Cluster, by the unsubscription). A false alarm takes three periods
+// in a row with no heartbeat, a stall of 1 s; with the package's tests in
 // parallel under -race on 2 cores, heartbeats came at most 502 ms apart.
 //
-// The cost, per node that serves a scope the replica follows: a third of a
-// command a period per replica (its own channel), and a command a period
-// per shared channel, which every follower of it receives. Redis spends
-// 6-15 µs a command on a busy server (BenchmarkBusyServer), 40-110 µs on
-// an idle one, where each command is its own turn of the event loop, and
-// 2.1-2.6 µs for each follower a shared heartbeat reaches, all in one
-// turn, which is why a channel splits past 1,000 followers
-// (sharedheartbeat.go). A heartbeat every period from every replica, as
-// before the shared channel, cost three times as many commands.
-// The defaults; WithHeartbeat sets another period, and the silence bound
-// is always three periods.
+// What no heartbeat can tell: a Watch whose commands go to a new master
+// while its subscription stays on an old one that others still publish
+// to, as in a split brain (a master cut off from the Sentinels but not
+// from some clients) or a proxy that moved only new connections. The
+// heartbeats it hears are whole; it learns the new master's answers from
+// its own calls' replies, and tells the difference the first time it
+// publishes a heartbeat itself. Redis's min-replicas-to-write keeps a
+// master cut off from its replicas from taking writes, heartbeats
+// included, and so makes it go silent.
+//
+// The cost, per node that serves a scope the replica follows: a command a
+// period per shared channel, which every follower of it receives, and
+// nothing per replica. Redis spends 6-15 µs a command on a busy server
+// (BenchmarkBusyServer), 40-110 µs on an idle one, where each command is
+// its own turn of the event loop, and 2.1-2.6 µs for each follower a
+// shared heartbeat reaches, all in one turn, which is why a channel splits
+// past 1,000 followers (sharedheartbeat.go).
+// The defaults; WithHeartbeat sets another period.
 const (
 	heartbeatEvery = 500 * time.Millisecond
-	// silencePeriods is the silence bound in periods, and how many
-	// periods apart a Watch publishes on its own channel, so that a
-	// failover is told within the bound too.
+	// silencePeriods is the silence bound in periods.
 	silencePeriods = 3
 )
 
@@ -93,45 +96,39 @@ func (w *watch) beat() {
 	defer w.wg.Done()
 	tick := time.NewTicker(w.c.heartbeat)
 	defer tick.Stop()
-	for n := 0; ; n++ {
+	for {
 		select {
 		case <-w.life.Done():
 			return
 		case <-tick.C:
 		}
-		w.publish(n%silencePeriods == 0)
+		w.publish()
 	}
 }
 
-// A heartbeat is one publication on a subscription's heartbeat channels.
+// A heartbeat is one publication on a subscription's shared channel.
 type heartbeat struct {
-	s       *sub
-	own     bool   // on the Watch's own channel; else on the shared one
-	ch, msg string // taken with w.mu held: the shared channel moves (moved)
-	sent    *goredis.IntCmd
+	s         *sub
+	ch        string // taken with w.mu held: the shared channel moves (moved)
+	followers string
+	sent      *goredis.Cmd
 }
 
-// publish sends the heartbeats due on every subscription whose heartbeat
-// channels Redis confirmed, on its own channel when own and on the shared
-// one when it shares, in one pipeline (on a Cluster, one round trip per
-// node, in parallel), and ends the Watch if one reached no subscriber.
-func (w *watch) publish(own bool) {
+// publish sends the heartbeats due this period on the shared channels of
+// the subscriptions whose channels Redis confirmed, in one pipeline (on a
+// Cluster, one round trip per node, in parallel), and ends the Watch if
+// one tells that the feed is lost.
+func (w *watch) publish() {
 	now := time.Now()
 	w.mu.Lock()
 	var beats []heartbeat
 	for _, s := range w.subs {
-		if !s.beating {
-			continue
-		}
-		if own {
-			beats = append(beats, heartbeat{s: s, own: true, ch: s.heartbeat})
-		}
-		if s.shares(now, w.c.heartbeat) {
-			msg := w.id
+		if s.beating && s.shares(now, w.c.heartbeat) {
+			b := heartbeat{s: s, ch: s.shared}
 			if s.followers > 0 {
-				msg += " " + strconv.Itoa(s.followers)
+				b.followers = strconv.Itoa(s.followers)
 			}
-			beats = append(beats, heartbeat{s: s, ch: s.shared, msg: msg})
+			beats = append(beats, b)
 		}
 	}
 	w.mu.Unlock()
@@ -141,39 +138,72 @@ func (w *watch) publish(own bool) {
 	// A heartbeat later than this is no use: the reader has given up.
 	ctx, cancel := context.WithTimeout(w.life, w.c.silence())
 	defer cancel()
+	script := w.c.scripts.heartbeat
 	w.c.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, b := range beats {
-			if w.c.sharded {
-				beats[i].sent = p.SPublish(ctx, b.ch, b.msg)
-			} else {
-				beats[i].sent = p.Publish(ctx, b.ch, b.msg)
-			}
+			beats[i].sent = script.EvalSha(ctx, p, []string{b.ch}, w.id, b.followers)
 		}
 		return nil
 	})
+	for i, b := range beats {
+		if goredis.HasErrorPrefix(b.sent.Err(), "NOSCRIPT") {
+			// After a restart or SCRIPT FLUSH: the script goes along.
+			beats[i].sent = script.Run(ctx, w.c.client, []string{b.ch}, w.id, b.followers)
+		}
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, b := range beats {
-		n, err := b.sent.Result()
+		reply, err := b.sent.Slice()
 		switch {
 		case b.s.closed:
 			// Unfollow closed it meanwhile: its subscriber is gone.
-		case !b.own && b.ch != b.s.shared:
+		case b.ch != b.s.shared:
 			// It moved to another shared channel meanwhile: what the
 			// one it left says is no news.
 		case err != nil:
 			// The heartbeat will not come: the reader reports the silence.
 			b.s.unsent = err
-		case n == 0:
-			w.failLocked(fmt.Errorf("redis coordinator: watch: the heartbeat reached no subscriber on the node the commands go to, "+
-				"not%s where the subscription is (a failover, or a moved slot): %w", on(b.s.node), coordinator.ErrFeedLost))
 		default:
-			b.s.unsent = nil
-			if !b.own {
-				b.s.followers = int(n)
+			n, _ := reply[0].(int64)
+			replid, _ := reply[1].(string)
+			if err := b.s.lineage(n, replid); err != nil {
+				w.failLocked(err)
+				continue
 			}
+			b.s.unsent, b.s.followers = nil, int(n)
 		}
 	}
+}
+
+// lineage takes the reply to a heartbeat published for s: the followers
+// it reached on the node the commands go to, and that node's replication
+// ID. w.mu is held.
+func (s *sub) lineage(reached int64, replid string) error {
+	switch {
+	case reached == 0:
+		return fmt.Errorf("redis coordinator: watch: the heartbeat reached no subscriber on the node the commands go to, "+
+			"not%s where the subscription is (a failover, or a moved slot): %w", on(s.node), coordinator.ErrFeedLost)
+	case s.replid != "" && replid != s.replid:
+		return fmt.Errorf("redis coordinator: watch: the heartbeat went to a node of another master's replication ID (%.8s) "+
+			"than the subscription%s hears (%.8s): a failover, or a proxy that moved: %w", replid, on(s.node), s.replid, coordinator.ErrFeedLost)
+	}
+	return s.heardFrom(replid)
+}
+
+// heardFrom takes the replication ID a heartbeat of s's shared channel
+// carries, heard or in the reply to one s published: the first is the
+// stream the subscription hears, and another means that it has moved.
+// w.mu is held.
+func (s *sub) heardFrom(replid string) error {
+	switch {
+	case s.replid == "":
+		s.replid = replid
+	case replid != s.replid:
+		return fmt.Errorf("redis coordinator: watch: a heartbeat heard%s carries another master's replication ID (%.8s, was %.8s): "+
+			"a failover, after which what was published meanwhile may not have come: %w", on(s.node), replid, s.replid, coordinator.ErrFeedLost)
+	}
+	return nil
 }
 
 // silence is the error of a subscription that heard no heartbeat for d.

@@ -110,7 +110,7 @@ func WithReplicaTimeout(d time.Duration) Option {
 // (see the package documentation) instead of every 500 ms; 0 is ignored.
 // A feed that hears no heartbeat for three periods is lost. A longer
 // period costs Redis less (at 500 ms, two commands a second per shared
-// heartbeat channel and two every three seconds per replica and node; half
+// heartbeat channel, whatever the number of replicas that share it; half
 // that at 1 s) and hears of a silent feed, or a failover, later: within
 // three periods. It panics below 10 ms.
 func WithHeartbeat(every time.Duration) Option {

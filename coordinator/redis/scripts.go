@@ -34,6 +34,8 @@ var (
 	pushLua string
 	//go:embed policy.lua
 	policyLua string
+	//go:embed heartbeat.lua
+	heartbeatLua string
 
 	// A Redis Cluster gets sharded pub/sub, which stays on the shard that
 	// owns the scope's slot instead of flooding every node; a single
@@ -44,8 +46,8 @@ var (
 
 type scripts struct {
 	admit, record, settle, snapshot, control, push *goredis.Script
-	// policy needs none of lib.lua.
-	policy *goredis.Script
+	// policy and heartbeat need none of lib.lua.
+	policy, heartbeat *goredis.Script
 }
 
 func newScripts(publish string) *scripts {
@@ -59,13 +61,14 @@ func newScripts(publish string) *scripts {
 		return goredis.NewScript(header + libLua + before + readLua + writeLua + after)
 	}
 	return &scripts{
-		admit:    writes(admitLua),
-		record:   writes(recordLua),
-		settle:   writes(settleLua),
-		snapshot: goredis.NewScript(reads + snapshotLua),
-		control:  writes(controlLua),
-		push:     writes(pushLua),
-		policy:   goredis.NewScript(header + policyLua),
+		admit:     writes(admitLua),
+		record:    writes(recordLua),
+		settle:    writes(settleLua),
+		snapshot:  goredis.NewScript(reads + snapshotLua),
+		control:   writes(controlLua),
+		push:      writes(pushLua),
+		policy:    goredis.NewScript(header + policyLua),
+		heartbeat: goredis.NewScript(header + heartbeatLua),
 	}
 }
 

@@ -61,8 +61,7 @@ func (c *Coordinator) heartbeatBase(ctx context.Context, node string) (string, e
 const heartbeatTags = 3000
 
 // sharedChannel names the shared channel of the Watch id at level, under
-// base: base itself at level 0, else base:<level>.<group>. A Watch's own
-// channel is base:<id>, and an id (rand.Text) has no dot.
+// base: base itself at level 0, else base:<level>.<group>.
 func sharedChannel(base string, level int, id string) string {
 	if level == 0 {
 		return base
@@ -97,12 +96,19 @@ func (s *sub) shares(now time.Time, period time.Duration) bool {
 	return s.sharing
 }
 
-// heardShared takes a heartbeat heard on s's shared channel at: "<id>",
-// or "<id> <followers>" (how many the publisher's previous heartbeat
-// reached). It returns the channel s is to move to, if any: the caller
-// subscribes to it.
-func (w *watch) heardShared(s *sub, payload string, at time.Time) (move string) {
-	id, count, _ := strings.Cut(payload, " ")
+// heardShared takes a heartbeat heard on s's shared channel at:
+// "<id> <replid>", or "<id> <replid> <followers>" (how many the
+// publisher's previous heartbeat reached; heartbeat.lua). It returns the
+// channel s is to move to, if any, which the caller subscribes to, or
+// why the feed is lost. A Watch of the release before the replication ID
+// sent "<id>" or "<id> <followers>", and an older Watch finds no count in
+// this one: both go on taking turns with the other.
+func (w *watch) heardShared(s *sub, payload string, at time.Time) (move string, err error) {
+	id, rest, _ := strings.Cut(payload, " ")
+	replid, count, _ := strings.Cut(rest, " ")
+	if !isReplid(replid) {
+		replid, count = "", rest
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if id != w.id {
@@ -111,15 +117,38 @@ func (w *watch) heardShared(s *sub, payload string, at time.Time) (move string) 
 			s.smaller = at
 		}
 	}
+	if replid != "" {
+		if err := s.heardFrom(replid); err != nil {
+			return "", err
+		}
+	}
 	followers, err := strconv.Atoi(count)
 	if err != nil || followers <= 0 || s.moving != "" || s.closed {
-		return ""
+		return "", nil
 	}
 	if to := level(followers, s.level, w.c.sharedCap); to != s.level {
 		s.moving, s.movingLevel = sharedChannel(s.base, to, w.id), to
-		return s.moving
+		return s.moving, nil
 	}
-	return ""
+	return "", nil
+}
+
+// isReplid reports whether f is a replication ID (40 hexadecimal digits)
+// or heartbeat.lua's "-" for a server whose INFO has none, rather than a
+// count of followers.
+func isReplid(f string) bool {
+	if f == "-" {
+		return true
+	}
+	if len(f) != 40 {
+		return false
+	}
+	for _, c := range f {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
+		}
+	}
+	return true
 }
 
 // moved takes Redis's confirmation of the channel s was moving to, and

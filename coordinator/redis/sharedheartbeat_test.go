@@ -47,11 +47,11 @@ func TestSharedHeartbeatTurns(t *testing.T) {
 	}
 }
 
-// Watches share one heartbeat a period between them, and each publishes
-// on its own channel every third period: a hot scope's master runs about
-// a heartbeat a period, not one per replica. They share whatever scopes
-// they follow: on a single server every Watch, on a Cluster every Watch
-// subscribed to the node.
+// Watches share one heartbeat a period between them, and publish no
+// other: a hot scope's master runs about a heartbeat a period, not one
+// per replica. They share whatever scopes they follow: on a single server
+// every Watch, on a Cluster every Watch subscribed to the node. Each
+// heartbeat carries the node's replication ID.
 func TestWatchesShareOneHeartbeat(t *testing.T) {
 	t.Parallel()
 	t.Run("server", func(t *testing.T) {
@@ -82,7 +82,7 @@ func TestWatchesShareOneHeartbeat(t *testing.T) {
 }
 
 // shareOneHeartbeat has Watches, each of its own client, follow scope(i),
-// and counts what they publish on their heartbeat channels.
+// and counts what they publish, on their shared channel and in all.
 func shareOneHeartbeat(t *testing.T, client func() goredis.UniversalClient, scope func(i int) string) {
 	const (
 		watches = 8
@@ -91,66 +91,78 @@ func shareOneHeartbeat(t *testing.T, client func() goredis.UniversalClient, scop
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var channels []string
 	shared := ""
 	for i := range watches {
 		w := follow(t, ctx, New(client(), WithHeartbeat(period)), scope(i))
 		beats := beating(t, w)
-		if shared != "" && beats[1] != shared {
-			t.Fatalf("Watches on channels %q and %q; want one", shared, beats[1])
+		if shared != "" && beats[0] != shared {
+			t.Fatalf("Watches on channels %q and %q; want one", shared, beats[0])
 		}
-		shared = beats[1]
-		channels = append(channels, beats[0])
+		shared = beats[0]
 	}
-	channels = append(channels, shared)
 	// What the Watches publish, heard beside them.
 	rdb := client()
-	heartbeats := rdb.Subscribe(ctx, channels...)
+	replid := ""
+	heartbeats := rdb.Subscribe(ctx, shared)
 	if _, ok := rdb.(*goredis.ClusterClient); ok {
-		heartbeats = rdb.SSubscribe(ctx, channels...)
-	}
-	defer heartbeats.Close()
-	for range channels {
-		if _, err := heartbeats.Receive(ctx); err != nil {
+		heartbeats = rdb.SSubscribe(ctx, shared)
+		node, err := rdb.(*goredis.ClusterClient).MasterForKey(ctx, shared)
+		if err != nil {
 			t.Fatal(err)
 		}
+		replid = infoReplid(t, ctx, node)
+	} else {
+		replid = infoReplid(t, ctx, rdb.(*goredis.Client))
+	}
+	defer heartbeats.Close()
+	if _, err := heartbeats.Receive(ctx); err != nil {
+		t.Fatal(err)
 	}
 	counted, stop := context.WithTimeout(ctx, span)
 	defer stop()
-	sharedBeats, own := 0, 0
+	sharedBeats := 0
 	publishers := map[string]int{}
 	for {
 		m, err := heartbeats.ReceiveTimeout(counted, 0)
 		if err != nil {
 			break
 		}
-		if msg, ok := m.(*goredis.Message); ok && msg.Channel == shared {
+		if msg, ok := m.(*goredis.Message); ok {
 			sharedBeats++
-			id, _, _ := strings.Cut(msg.Payload, " ")
-			publishers[id]++
-		} else if ok {
-			own++
+			f := strings.Fields(msg.Payload)
+			publishers[f[0]]++
+			if len(f) < 2 || f[1] != replid {
+				t.Errorf("heartbeat %q; want the id, the node's replication ID %s, and maybe a count", msg.Payload, replid)
+			}
 		}
 	}
 	periods := int(span / period)
-	t.Logf("over %d periods, %d Watches: %d shared heartbeats (by %d of them), %d on their own channels",
-		periods, watches, sharedBeats, len(publishers), own)
-	// Each Watch alone would publish watches*periods shared heartbeats.
+	t.Logf("over %d periods, %d Watches: %d shared heartbeats (by %d of them)", periods, watches, sharedBeats, len(publishers))
+	// Each Watch alone would publish watches*periods.
 	if sharedBeats < periods/2 || sharedBeats > 2*periods {
 		t.Errorf("%d shared heartbeats over %d periods; want about one a period", sharedBeats, periods)
 	}
-	if want := watches * periods / silencePeriods; own < want/2 || own > 3*want/2 {
-		t.Errorf("%d heartbeats on the Watches' own channels over %d periods; want about %d (each every %d periods)",
-			own, periods, want, silencePeriods)
+}
+
+// infoReplid reads the replication ID of the node of c.
+func infoReplid(t *testing.T, ctx context.Context, c *goredis.Client) string {
+	t.Helper()
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		t.Fatal(err)
 	}
+	_, rest, _ := strings.Cut(info, "master_replid:")
+	id, _, _ := strings.Cut(rest, "\r\n")
+	return strings.TrimSpace(id)
 }
 
 // A replica whose subscription stayed on the demoted master is told by
-// its own channel, even when another replica already follows the shared
-// channel on the new master, so that its shared heartbeats reach a
-// subscriber there. Its own heartbeat goes out every third period: the
-// loss comes within the silence bound of the client's following the
-// failover.
+// the replication ID its heartbeats carry, even when another replica
+// already follows the shared channel on the new master, so that its
+// heartbeats reach a subscriber there: the demoted master, once it
+// follows the new one, relays what the new master publishes, and the
+// Watch's own heartbeats go to the new master once its client follows
+// the failover.
 func TestWatchLostOnFailoverWhereOthersFollow(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartSentinel(t)
@@ -183,12 +195,12 @@ func TestWatchLostOnFailoverWhereOthersFollow(t *testing.T) {
 	s.Failover(t)
 	l, at := <-lost, <-promotion
 	defer (<-other).Close()
-	if !strings.Contains(l.err.Error(), "reached no subscriber") {
-		t.Errorf("lost by another sign than its own channel: %v", l.err)
+	if !strings.Contains(l.err.Error(), "replication ID") {
+		t.Errorf("lost by another sign than the replication ID: %v", l.err)
 	}
 	// The Sentinel announces the new master up to 1.3 s after the
-	// promotion (see testFailover); the own channel's heartbeat comes
-	// within the silence bound after.
+	// promotion (see testFailover); the Watch publishes there within a
+	// period after, and hears within the silence bound.
 	took := l.at.Sub(at)
 	t.Logf("feed reported lost %v after the promotion: %v", took.Round(time.Millisecond), l.err)
 	if bound := 1300*time.Millisecond + c.silence() + 500*time.Millisecond; took > bound {
@@ -210,7 +222,7 @@ func TestSharedHeartbeatOutlivesItsPublisher(t *testing.T) {
 	for i := range 3 {
 		w := follow(t, ctx, New(srv.Client(t), WithHeartbeat(period)), "s"+strconv.Itoa(i))
 		watches[w.(*watch).id] = w
-		shared = beating(t, w)[1]
+		shared = beating(t, w)[0]
 	}
 	heartbeats := srv.Client(t).Subscribe(ctx, shared)
 	defer heartbeats.Close()
@@ -391,6 +403,59 @@ func splitsAndMerges(t *testing.T, client func() goredis.UniversalClient, scope 
 	for _, w := range left {
 		if tr, err := w.Next(quiet); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Next = %+v, %v; want nothing until the deadline", tr, err)
+		}
+	}
+}
+
+// A heartbeat heard says which master's stream it came in; so does the
+// reply to one published. The first a subscription hears is its stream,
+// and another is a lost feed. Heartbeats of the release before, which
+// carried no replication ID, are heard for the turns and counts alone.
+func TestHeartbeatLineage(t *testing.T) {
+	const (
+		a = "0123456789abcdef0123456789abcdef01234567"
+		b = "fedcba9876543210fedcba9876543210fedcba98"
+	)
+	type step struct {
+		payload string // heard, or else the reply to a heartbeat published
+		reached int64
+		replid  string
+		lost    string // in the error, or none
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"one stream", []step{{payload: "X " + a}, {payload: "Y " + a + " 12"}, {reached: 3, replid: a}}},
+		{"heard another", []step{{payload: "X " + a}, {payload: "Y " + b, lost: "heard"}}},
+		{"published to another", []step{{payload: "X " + a}, {reached: 3, replid: b, lost: "went to a node of another"}}},
+		{"published first, then heard another", []step{{reached: 1, replid: a}, {payload: "X " + b, lost: "heard"}}},
+		{"reached nobody", []step{{reached: 0, replid: a, lost: "reached no subscriber"}}},
+		{"the release before", []step{{payload: "X"}, {payload: "Y 12"}, {payload: "Z " + a}, {payload: "X 7"}, {payload: "Z " + a + " 3"}}},
+		{"a server without replication ID", []step{{payload: "X -"}, {payload: "Y - 4"}, {reached: 2, replid: "-"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &watch{id: "W", c: &Coordinator{sharedCap: sharedCap}}
+			s := &sub{}
+			for i, st := range tc.steps {
+				var err error
+				if st.payload != "" {
+					_, err = w.heardShared(s, st.payload, time.Now())
+				} else {
+					err = s.lineage(st.reached, st.replid)
+				}
+				switch {
+				case st.lost == "" && err != nil:
+					t.Fatalf("step %d: %v; want none", i, err)
+				case st.lost != "" && (err == nil || !errors.Is(err, coordinator.ErrFeedLost) || !strings.Contains(err.Error(), st.lost)):
+					t.Fatalf("step %d: %v; want a lost feed, %q", i, err, st.lost)
+				}
+			}
+		})
+	}
+	for f, want := range map[string]bool{a: true, "-": true, "12": false, "": false, a[:39]: false, strings.ToUpper(a): false} {
+		if isReplid(f) != want {
+			t.Errorf("isReplid(%q) = %v", f, !want)
 		}
 	}
 }

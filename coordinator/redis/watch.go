@@ -51,7 +51,7 @@ func (c *Coordinator) Watch(ctx context.Context) (coordinator.Watch, error) {
 
 type watch struct {
 	c    *Coordinator
-	id   string // names the Watch's heartbeat channels
+	id   string // says which Watch published a heartbeat, and places it on a level's channels
 	msgs chan *goredis.Message
 	// life ends with the Watch: by Close, or at the first sign that the
 	// feed is lost.
@@ -78,11 +78,13 @@ type watch struct {
 // sub is one subscription: a connection to one node, which carries the
 // heartbeats from that node besides the scopes' channels (heartbeat.go).
 type sub struct {
-	ps        *goredis.PubSub
-	node      string // its key in watch.subs
-	base      string // the start of its heartbeat channels' names (heartbeatBase)
-	heartbeat string // the channel of the Watch's own heartbeats
-	shared    string // the channel of the heartbeats shared with other Watches
+	ps     *goredis.PubSub
+	node   string // its key in watch.subs
+	base   string // the start of its shared heartbeat channels' names (heartbeatBase)
+	shared string // the channel of the heartbeats shared with other Watches
+	// replid is the replication ID of the stream the heartbeats come in,
+	// the first heard (heardFrom).
+	replid string
 	// level is the shared channel's level, moving the one Redis has yet
 	// to confirm, at movingLevel, and followers how many the Watch's last
 	// heartbeat on it reached (sharedheartbeat.go).
@@ -91,7 +93,7 @@ type sub struct {
 	followers          int
 	channels           int  // scope channels followed on it, or being followed
 	closed             bool // closed because it follows nothing more: its reader ends quietly
-	beating            bool // Redis confirmed the heartbeat channels: heartbeats go out
+	beating            bool // Redis confirmed the shared heartbeat channel: heartbeats go out
 	// sharing: it published on the shared channel the last period; other
 	// and smaller: when it last heard another Watch's heartbeat there,
 	// and one of a Watch with a smaller id (see shares).
@@ -172,8 +174,8 @@ func (w *watch) subscribe(ctx context.Context, ch string) error {
 	w.mu.Unlock()
 	// confirm is the channel whose confirmation says that the subscription
 	// holds: ch, or for a new subscription its shared heartbeat channel,
-	// which Redis confirms after ch and the own one, or answers MOVED if
-	// the client's slot map was stale.
+	// which Redis confirms after ch, or answers MOVED if the client's slot
+	// map was stale.
 	confirm, base := ch, ""
 	if s == nil {
 		var err error
@@ -197,13 +199,13 @@ func (w *watch) subscribe(ctx context.Context, ch string) error {
 	case s == nil:
 		// The channel goes with the new subscription: a sharded one
 		// connects to the node that owns its first channel.
-		s = &sub{node: node, base: base, heartbeat: base + ":" + w.id, shared: confirm, leaving: make(map[string]int)}
+		s = &sub{node: node, base: base, shared: confirm, leaving: make(map[string]int)}
 		if w.c.sharded {
 			// One SSUBSCRIBE takes channels of one slot.
 			s.ps = cc.SSubscribe(ctx, ch)
-			err = s.ps.SSubscribe(ctx, s.heartbeat, s.shared)
+			err = s.ps.SSubscribe(ctx, s.shared)
 		} else {
-			s.ps = w.c.client.Subscribe(ctx, ch, s.heartbeat, s.shared)
+			s.ps = w.c.client.Subscribe(ctx, ch, s.shared)
 		}
 		if err != nil {
 			s.ps.Close()
@@ -315,12 +317,14 @@ func (w *watch) read(s *sub) {
 			switch m.Channel {
 			case s.shared:
 				heard = time.Now()
-				if ch := w.heardShared(s, m.Payload, heard); ch != "" {
+				ch, err := w.heardShared(s, m.Payload, heard)
+				if err != nil {
+					w.fail(err)
+					return
+				}
+				if ch != "" {
 					w.move(s, ch)
 				}
-				continue
-			case s.heartbeat:
-				heard = time.Now()
 				continue
 			}
 			if version, ok := strings.CutPrefix(m.Payload, "policy "); ok {
@@ -356,7 +360,7 @@ func (w *watch) read(s *sub) {
 
 // confirmed takes Redis's word on a change of s's channels: it wakes up
 // the Follow waiting for a subscription, starts the heartbeats once their
-// channels are subscribed (the shared one is confirmed last), and moves
+// channel is subscribed, and moves
 // to the shared channel s was moving to, returning the one it left. An
 // unsubscription the Watch did not ask for (Redis 7 sends one to the
 // subscribers of a slot that moved away) is a lost feed.

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -98,4 +99,48 @@ func TestMinimalACLIsMinimal(t *testing.T) {
 			t.Errorf("%v as the ACL user: %v, want NOPERM", cmd, err)
 		}
 	}
+}
+
+// TestMinimalACLFeed: under the grant, a feed's heartbeats go out (their
+// script reads INFO replication) and the feed lives past its silence
+// bound; without +info, the feed is lost, and the loss says why.
+func TestMinimalACLFeed(t *testing.T) {
+	const period = 20 * time.Millisecond
+	s := redistest.Start(t)
+	rdb := aclUser(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	watch := func(t *testing.T) (*cbredis.Coordinator, coordinator.Watch) {
+		c := cbredis.New(rdb, cbredis.WithHeartbeat(period))
+		w, err := c.Watch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Close() })
+		if err := w.Follow(ctx, "s"); err != nil {
+			t.Fatal(err)
+		}
+		return c, w
+	}
+	t.Run("granted", func(t *testing.T) {
+		c, w := watch(t)
+		time.Sleep(10 * period) // three periods of silence lose a feed
+		p := coordinator.DefaultPolicy()
+		if _, err := c.Isolate(ctx, "s", p, coordinator.Note{By: "test", Reason: "acl"}); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := w.Next(ctx)
+		if err != nil || tr.To != coordinator.StateIsolated {
+			t.Fatalf("Next = %+v, %v; want the isolation", tr, err)
+		}
+	})
+	t.Run("without +info", func(t *testing.T) {
+		setUser(t, s, strings.Replace(aclGrant, "+info ", "", 1))
+		_, w := watch(t)
+		_, err := w.Next(ctx)
+		if !errors.Is(err, coordinator.ErrFeedLost) || !strings.Contains(err.Error(), "can't run this command") {
+			t.Fatalf("Next = %v; want a lost feed that says the script was refused", err)
+		}
+		t.Log(err)
+	})
 }
