@@ -67,9 +67,11 @@ import (
 // from some clients) or a proxy that moved only new connections. The
 // heartbeats it hears are whole; it learns the new master's answers from
 // its own calls' replies, and tells the difference the first time it
-// publishes a heartbeat itself. Redis's min-replicas-to-write keeps a
-// master cut off from its replicas from taking writes, heartbeats
-// included, and so makes it go silent.
+// publishes a heartbeat itself, or once the old master rejoins as a
+// replica (the next heartbeat it relays carries the new ID) or the last
+// Watch that publishes there moves (silence). Redis's min-replicas-to-write
+// keeps such a master from taking the stale Watches' writes, their trips
+// among them, but not their heartbeats, which write nothing.
 //
 // The cost, per node that serves a scope the replica follows: a command a
 // period per shared channel, which every follower of it receives, and
