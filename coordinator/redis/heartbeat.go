@@ -157,6 +157,9 @@ func (w *watch) publish() {
 	defer w.mu.Unlock()
 	for _, b := range beats {
 		reply, err := b.sent.Slice()
+		if err == nil && len(reply) != 2 {
+			err = fmt.Errorf("redis coordinator: heartbeat: unexpected reply %v", reply)
+		}
 		switch {
 		case b.s.closed:
 			// Unfollow closed it meanwhile: its subscriber is gone.
