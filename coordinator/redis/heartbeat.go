@@ -75,11 +75,12 @@ import (
 //
 // The cost, per node that serves a scope the replica follows: a command a
 // period per shared channel, which every follower of it receives, and
-// nothing per replica. Redis spends 6-15 µs a command on a busy server
-// (BenchmarkBusyServer), 40-110 µs on an idle one, where each command is
-// its own turn of the event loop, and 2.1-2.6 µs for each follower a
-// shared heartbeat reaches, all in one turn, which is why a channel splits
-// past 1,000 followers (sharedheartbeat.go).
+// nothing per replica. Redis spends 19 µs on the heartbeat script on a
+// busy server (BenchmarkBusyServer), several times that on an idle one,
+// where each command is its own turn of the event loop, and 2.1-2.6 µs
+// for each follower a heartbeat reaches, all in one turn (18 µs each on
+// an idle server over loopback), which is why a channel splits past 1,000
+// followers (sharedheartbeat.go).
 // The defaults; WithHeartbeat sets another period.
 const (
 	heartbeatEvery = 500 * time.Millisecond
@@ -189,26 +190,22 @@ func (s *sub) lineage(reached int64, replid string) error {
 	case reached == 0:
 		return fmt.Errorf("redis coordinator: watch: the heartbeat reached no subscriber on the node the commands go to, "+
 			"not%s where the subscription is (a failover, or a moved slot): %w", on(s.node), coordinator.ErrFeedLost)
-	case s.replid != "" && replid != s.replid:
+	case !s.sameStream(replid):
 		return fmt.Errorf("redis coordinator: watch: the heartbeat went to a node of another master's replication ID (%.8s) "+
 			"than the subscription%s hears (%.8s): a failover, or a proxy that moved: %w", replid, on(s.node), s.replid, coordinator.ErrFeedLost)
 	}
-	return s.heardFrom(replid)
+	return nil
 }
 
-// heardFrom takes the replication ID a heartbeat of s's shared channel
-// carries, heard or in the reply to one s published: the first is the
-// stream the subscription hears, and another means that it has moved.
+// sameStream takes the replication ID a heartbeat of s's shared channel
+// carries, heard or in the reply to one s published, and reports whether
+// it is that of the stream the subscription hears: the first one taken.
 // w.mu is held.
-func (s *sub) heardFrom(replid string) error {
-	switch {
-	case s.replid == "":
+func (s *sub) sameStream(replid string) bool {
+	if s.replid == "" {
 		s.replid = replid
-	case replid != s.replid:
-		return fmt.Errorf("redis coordinator: watch: a heartbeat heard%s carries another master's replication ID (%.8s, was %.8s): "+
-			"a failover, after which what was published meanwhile may not have come: %w", on(s.node), replid, s.replid, coordinator.ErrFeedLost)
 	}
-	return nil
+	return replid == s.replid
 }
 
 // silence is the error of a subscription that heard no heartbeat for d.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
 // The shared heartbeat channel (see heartbeat.go): its name, whose turn it
@@ -117,10 +119,9 @@ func (w *watch) heardShared(s *sub, payload string, at time.Time) (move string, 
 			s.smaller = at
 		}
 	}
-	if replid != "" {
-		if err := s.heardFrom(replid); err != nil {
-			return "", err
-		}
+	if replid != "" && !s.sameStream(replid) {
+		return "", fmt.Errorf("redis coordinator: watch: a heartbeat heard%s carries another master's replication ID (%.8s, was %.8s): "+
+			"a failover, after which what was published meanwhile may not have come: %w", on(s.node), replid, s.replid, coordinator.ErrFeedLost)
 	}
 	followers, err := strconv.Atoi(count)
 	if err != nil || followers <= 0 || s.moving != "" || s.closed {

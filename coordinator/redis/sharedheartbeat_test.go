@@ -147,13 +147,11 @@ func shareOneHeartbeat(t *testing.T, client func() goredis.UniversalClient, scop
 // infoReplid reads the replication ID of the node of c.
 func infoReplid(t *testing.T, ctx context.Context, c *goredis.Client) string {
 	t.Helper()
-	info, err := c.Info(ctx, "replication").Result()
+	info, err := c.InfoMap(ctx, "replication").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, _ := strings.Cut(info, "master_replid:")
-	id, _, _ := strings.Cut(rest, "\r\n")
-	return strings.TrimSpace(id)
+	return info["Replication"]["master_replid"]
 }
 
 // A replica whose subscription stayed on the demoted master is told by

@@ -360,10 +360,10 @@ func (w *watch) read(s *sub) {
 
 // confirmed takes Redis's word on a change of s's channels: it wakes up
 // the Follow waiting for a subscription, starts the heartbeats once their
-// channel is subscribed, and moves
-// to the shared channel s was moving to, returning the one it left. An
-// unsubscription the Watch did not ask for (Redis 7 sends one to the
-// subscribers of a slot that moved away) is a lost feed.
+// channel is subscribed, and moves to the shared channel s was moving to,
+// returning the one it left. An unsubscription the Watch did not ask for
+// (Redis 7 sends one to the subscribers of a slot that moved away) is a
+// lost feed.
 func (w *watch) confirmed(s *sub, m *goredis.Subscription) (left string, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
