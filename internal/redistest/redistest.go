@@ -3,11 +3,14 @@
 // restart ([Start]); a master, its replica and a Sentinel that can fail
 // over between them, keeping or losing the last writes ([StartSentinel]);
 // and a three-master Redis Cluster, with or without a replica per master
-// ([StartCluster], [StartClusterWithReplicas]). Nothing is persisted; every
-// process is stopped by t.Cleanup.
+// ([StartCluster], [StartClusterWithReplicas]); and, for benchmarks, a
+// server under valgrind that counts the instructions commands cost it
+// ([StartCounting]). Nothing is persisted; every process is stopped by
+// t.Cleanup.
 //
-// When redis-server is not installed the test is skipped, except under
-// CI=true, where it fails: CI must never pass by skipping the real thing.
+// When redis-server (or valgrind) is not installed the test is skipped,
+// except under CI=true, where it fails: CI must never pass by skipping the
+// real thing.
 package redistest
 
 import (
@@ -59,6 +62,9 @@ type Server struct {
 	// rdb is redistest's own client, for setting up and polling the server.
 	rdb *goredis.Client
 
+	// counting runs the server under callgrind (StartCounting).
+	counting bool
+
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -88,9 +94,14 @@ func Start(t testing.TB) *Server {
 
 func start(t testing.TB, k kind) *Server {
 	t.Helper()
-	s := &Server{t: t, bin: binary(t, "redis-server"), dir: t.TempDir(), kind: k}
+	return startServer(t, &Server{t: t, bin: binary(t, "redis-server"), dir: t.TempDir(), kind: k})
+}
+
+// startServer launches s on a free port, stopped by t.Cleanup.
+func startServer(t testing.TB, s *Server) *Server {
+	t.Helper()
 	t.Cleanup(s.Stop)
-	if k == sentinelNode {
+	if s.kind == sentinelNode {
 		if err := os.WriteFile(s.conf(), nil, 0o644); err != nil {
 			t.Fatalf("redistest: write sentinel config: %v", err)
 		}
@@ -99,7 +110,7 @@ func start(t testing.TB, k kind) *Server {
 	// try a few.
 	var err error
 	for range 5 {
-		s.port, err = freeport.Loopback(k == clusterNode)
+		s.port, err = freeport.Loopback(s.kind == clusterNode)
 		if err != nil {
 			continue
 		}
@@ -149,6 +160,9 @@ func (s *Server) launch() error {
 		args = append([]string{s.conf(), "--sentinel"}, args...)
 	}
 	cmd := exec.Command(s.bin, args...)
+	if s.counting {
+		cmd = exec.Command("valgrind", append(callgrind(s.dir, s.bin), args...)...)
+	}
 	cmd.Dir = s.dir
 	if err := cmd.Start(); err != nil {
 		return err
@@ -162,7 +176,7 @@ func (s *Server) launch() error {
 	s.cmd, s.exited, s.paused = cmd, exited, false
 	s.mu.Unlock()
 
-	deadline := time.Now().Add(startTimeout)
+	deadline := time.Now().Add(s.startTimeout())
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
@@ -175,7 +189,7 @@ func (s *Server) launch() error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	s.kill()
-	return fmt.Errorf("redis-server on port %d did not answer within %v: %s", s.port, startTimeout, s.log())
+	return fmt.Errorf("redis-server on port %d did not answer within %v: %s", s.port, s.startTimeout(), s.log())
 }
 
 // log returns the end of the server's log, for error messages.

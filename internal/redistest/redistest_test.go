@@ -59,3 +59,33 @@ func mustGet(t *testing.T, c goredis.Cmdable, key, want string) {
 		t.Fatalf("GET %s = %q, %v; want %q", key, got, err, want)
 	}
 }
+
+// A counting server counts what commands cost it: a script that loops
+// costs more than a PING, and each count is about the same when repeated.
+func TestInstructions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := redistest.StartCounting(t)
+	rdb := s.Client(t)
+	loop := goredis.NewScript("local n = 0 for i = 1, 10000 do n = n + i end return n")
+	count := func(op func() error) int64 {
+		return s.Instructions(t, func() {
+			for range 20 {
+				if err := op(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+	ping := func() error { return rdb.Ping(ctx).Err() }
+	script := func() error { return loop.Run(ctx, rdb, nil).Err() }
+	script() // loaded before counting
+	pings, loops, again := count(ping), count(script), count(script)
+	t.Logf("20 PINGs: %d instructions; 20 loops of 10,000: %d and %d", pings, loops, again)
+	if pings <= 0 || loops < 10*pings {
+		t.Errorf("20 loops of 10,000 cost %d instructions, 20 PINGs %d: want the loops 10 times the PINGs at least", loops, pings)
+	}
+	if d := float64(again-loops) / float64(loops); d > 0.1 || d < -0.1 {
+		t.Errorf("the same 20 loops cost %d, then %d instructions: want within 10 %%", loops, again)
+	}
+}
