@@ -9,8 +9,9 @@
 //
 //	go run ./cmd/cbbench -md results.md -json results.json
 //
-// or the Go benchmarks with go test -bench . (both start their own
-// redis-server on a free loopback port unless -redis is given).
+// or the Go benchmarks with go test -bench . (which start their own
+// redis-server on a free loopback port; cbbench does too unless -redis is
+// given).
 //
 // [RunFleet] simulates a fleet: virtual replicas, each a real Breaker with
 // its own go-redis client and Redis coordinator, calling scopes at a fixed

@@ -15,5 +15,6 @@
 //	quit         stop calling, Close the Breaker, report, return (also on end of input)
 //
 // Every report is one [Report] line on the output: "ready" once, "tick"
-// every Config.Report, "phase" when a phase ends, "closed" at the end.
+// every Config.Report, "policy" when the policies in force change, "phase"
+// when a phase ends, "closed" at the end.
 package cbfleet
