@@ -330,7 +330,7 @@ func redisCPU(b *testing.B, rdb *goredis.Client) float64 {
 
 // commandStats returns the calls of cmd and the µs spent in them since
 // the statistics were reset.
-func commandStats(b *testing.B, rdb *goredis.Client, cmd string) (calls, usec int64) {
+func commandStats(b testing.TB, rdb *goredis.Client, cmd string) (calls, usec int64) {
 	info, err := rdb.InfoMap(context.Background(), "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)

@@ -151,7 +151,7 @@ func (w *watch) publish() {
 	for i, b := range beats {
 		if goredis.HasErrorPrefix(b.sent.Err(), "NOSCRIPT") {
 			// After a restart or SCRIPT FLUSH: the script goes along.
-			beats[i].sent = script.Run(ctx, w.c.client, []string{b.ch}, w.id, b.followers)
+			beats[i].sent = script.Eval(ctx, w.c.client, []string{b.ch}, w.id, b.followers)
 		}
 	}
 	w.mu.Lock()

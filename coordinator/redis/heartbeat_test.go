@@ -389,3 +389,33 @@ func TestWatchHealthyFeedIsNotLost(t *testing.T) {
 		}
 	})
 }
+
+// A server that forgot the scripts (a restart, SCRIPT FLUSH) still gets
+// the heartbeats: the one that finds its script gone sends it along, and
+// the feed lives on.
+func TestHeartbeatAfterScriptFlush(t *testing.T) {
+	t.Parallel()
+	const period = 20 * time.Millisecond
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := New(srv.Client(t), WithHeartbeat(period))
+	w := follow(t, ctx, c, "s")
+	beating(t, w)
+	admin := srv.Client(t)
+	flushes := 0
+	// Every period for six silence bounds: a feed whose heartbeats failed
+	// would be lost twice over.
+	for end := time.Now().Add(6 * c.silence()); time.Now().Before(end); flushes++ {
+		if err := admin.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(period)
+	}
+	evals, _ := commandStats(t, admin, "eval")
+	if evals == 0 {
+		t.Fatalf("%d flushes and no EVAL: the heartbeats never found their script gone", flushes)
+	}
+	next(t, ctx, w, trip(t, c, "s"))
+	t.Logf("%d flushes, %d heartbeats sent with their script", flushes, evals)
+}

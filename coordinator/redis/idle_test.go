@@ -10,7 +10,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
-	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
 // BenchmarkIdleServer is BenchmarkBusyServer's other half: what the same
@@ -34,23 +33,17 @@ import (
 //	go test -run XXX -bench IdleServer -benchtime 1000x ./coordinator/redis
 func BenchmarkIdleServer(b *testing.B) {
 	const conns = 64
-	setup := func(b *testing.B) (admin, rdb *goredis.Client, c *Coordinator) {
-		srv := redistest.Start(b)
-		rdb = goredis.NewClient(&goredis.Options{Addr: srv.Addr(), PoolSize: conns, MinIdleConns: conns})
-		b.Cleanup(func() { rdb.Close() })
-		return srv.Client(b), rdb, New(rdb)
-	}
 	b.Run("ping", func(b *testing.B) {
-		admin, rdb, _ := setup(b)
+		admin, rdb, _ := benchServer(b, conns)
 		b.ReportMetric(idle(b, admin, b.N, func(ctx context.Context, _ int) error { return rdb.Ping(ctx).Err() }), "redis-cpu-µs/ping")
 	})
 	b.Run("script", func(b *testing.B) {
-		admin, rdb, _ := setup(b)
+		admin, rdb, _ := benchServer(b, conns)
 		at := goredis.NewScript("return 1")
 		b.ReportMetric(idle(b, admin, b.N, func(ctx context.Context, _ int) error { return at.Run(ctx, rdb, nil).Err() }), "redis-cpu-µs/script")
 	})
 	b.Run("record", func(b *testing.B) {
-		admin, _, c := setup(b)
+		admin, _, c := benchServer(b, conns)
 		p := coordinator.DefaultPolicy()
 		outcomes := make([]coordinator.Outcome, 500)
 		gen := birth(b, c, p)
@@ -64,7 +57,7 @@ func BenchmarkIdleServer(b *testing.B) {
 	})
 	b.Run("delivery", func(b *testing.B) {
 		const reached = 64
-		admin, rdb, _ := setup(b)
+		admin, rdb, _ := benchServer(b, conns)
 		ctx := context.Background()
 		for range reached {
 			f := goredis.NewClient(&goredis.Options{Addr: admin.Options().Addr})
@@ -119,77 +112,4 @@ func idle(b *testing.B, admin *goredis.Client, n int, op func(ctx context.Contex
 	}
 	wg.Wait()
 	return (redisCPU(b, admin) - cpu - idleUs*time.Since(start).Seconds()) / float64(max(n, 1))
-}
-
-// BenchmarkInstructions counts what the fleet's commands cost Redis in
-// instructions, on a server run under valgrind's callgrind
-// (redistest.StartCounting), one command at a time: a measure that
-// neither the VM's speed of the day nor the server's idleness moves, for
-// comparing two versions of a script. It leaves out the kernel's share
-// (the system calls that carry a command), which the two benchmarks above
-// include.
-//
-//	go test -run XXX -bench Instructions -benchtime 300x ./coordinator/redis
-func BenchmarkInstructions(b *testing.B) {
-	// count reports the instructions per op, which setup makes for a
-	// coordinator on a counting server.
-	count := func(b *testing.B, setup func(rdb *goredis.Client, c *Coordinator) func(ctx context.Context, i int) error) {
-		ctx := context.Background()
-		srv := redistest.StartCounting(b)
-		rdb := srv.Client(b)
-		op := setup(rdb, New(rdb))
-		run := func(n int) {
-			for i := range n {
-				if err := op(ctx, i); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-		run(20) // the scripts loaded, the server warm
-		b.ResetTimer()
-		n := srv.Instructions(b, func() { run(b.N) })
-		b.ReportMetric(float64(n)/float64(b.N), "instructions/op")
-	}
-	b.Run("ping", func(b *testing.B) {
-		count(b, func(rdb *goredis.Client, _ *Coordinator) func(context.Context, int) error {
-			return func(ctx context.Context, _ int) error { return rdb.Ping(ctx).Err() }
-		})
-	})
-	b.Run("script", func(b *testing.B) {
-		at := goredis.NewScript("return 1")
-		count(b, func(rdb *goredis.Client, _ *Coordinator) func(context.Context, int) error {
-			return func(ctx context.Context, _ int) error { return at.Run(ctx, rdb, nil).Err() }
-		})
-	})
-	p := coordinator.DefaultPolicy()
-	b.Run("admit", func(b *testing.B) {
-		count(b, func(_ *goredis.Client, c *Coordinator) func(context.Context, int) error {
-			birth(b, c, p)
-			return func(ctx context.Context, _ int) error {
-				_, err := c.Admit(ctx, "s", p, "claim")
-				return err
-			}
-		})
-	})
-	b.Run("record", func(b *testing.B) {
-		count(b, func(_ *goredis.Client, c *Coordinator) func(context.Context, int) error {
-			outcomes := make([]coordinator.Outcome, 500)
-			gen := birth(b, c, p)
-			for i := range outcomes {
-				outcomes[i].Generation = gen
-			}
-			return func(ctx context.Context, i int) error {
-				_, err := c.Record(coordinator.WithBatchID(ctx, "replica-"+strconv.Itoa(i)), "s", p, outcomes)
-				return err
-			}
-		})
-	})
-	b.Run("heartbeat", func(b *testing.B) {
-		count(b, func(rdb *goredis.Client, c *Coordinator) func(context.Context, int) error {
-			channel := DefaultPrefix + layout + ":{fleet}:heartbeat:bench"
-			return func(ctx context.Context, _ int) error {
-				return c.scripts.heartbeat.Run(ctx, rdb, []string{channel}, "bench", "").Err()
-			}
-		})
-	})
 }

@@ -35,7 +35,7 @@ import (
 func BenchmarkBusyServer(b *testing.B) {
 	const conns = 128
 	b.Run("record", func(b *testing.B) {
-		admin, _, c := busyServer(b, conns)
+		admin, _, c := benchServer(b, conns)
 		p := coordinator.DefaultPolicy()
 		outcomes := make([]coordinator.Outcome, 500)
 		gen := birth(b, c, p)
@@ -51,7 +51,7 @@ func BenchmarkBusyServer(b *testing.B) {
 		})
 	})
 	b.Run("heartbeat", func(b *testing.B) {
-		admin, rdb, c := busyServer(b, conns)
+		admin, rdb, c := benchServer(b, conns)
 		ctx := context.Background()
 		channels := make([]string, conns)
 		for i := range channels {
@@ -78,9 +78,9 @@ func BenchmarkBusyServer(b *testing.B) {
 	})
 }
 
-// busyServer starts a server and returns a client to read its statistics
+// benchServer starts a server and returns a client to read its statistics
 // with, a client of conns connections for the load, and a coordinator on it.
-func busyServer(b *testing.B, conns int) (admin, rdb *goredis.Client, c *Coordinator) {
+func benchServer(b *testing.B, conns int) (admin, rdb *goredis.Client, c *Coordinator) {
 	srv := redistest.Start(b)
 	rdb = goredis.NewClient(&goredis.Options{Addr: srv.Addr(), PoolSize: conns, MinIdleConns: conns})
 	b.Cleanup(func() { rdb.Close() })

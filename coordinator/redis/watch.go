@@ -83,7 +83,7 @@ type sub struct {
 	base   string // the start of its shared heartbeat channels' names (heartbeatBase)
 	shared string // the channel of the heartbeats shared with other Watches
 	// replid is the replication ID of the stream the heartbeats come in,
-	// the first heard (heardFrom).
+	// the first heard or published to (sameStream).
 	replid string
 	// level is the shared channel's level, moving the one Redis has yet
 	// to confirm, at movingLevel, and followers how many the Watch's last

@@ -20,9 +20,9 @@ import (
 // the benchmark is skipped, or fails under CI=true.
 func StartCounting(t testing.TB) *Server {
 	t.Helper()
-	binary(t, "valgrind")
+	valgrind := binary(t, "valgrind")
 	binary(t, "callgrind_control")
-	return startServer(t, &Server{t: t, bin: binary(t, "redis-server"), dir: t.TempDir(), kind: standalone, counting: true})
+	return startServer(t, &Server{t: t, bin: binary(t, "redis-server"), dir: t.TempDir(), kind: standalone, valgrind: valgrind})
 }
 
 // callgrind is valgrind's command line for bin, its counts dumped into dir.
@@ -32,7 +32,7 @@ func callgrind(dir, bin string) []string {
 
 // startTimeout bounds how long the server may take to answer PING.
 func (s *Server) startTimeout() time.Duration {
-	if s.counting {
+	if s.valgrind != "" {
 		return 6 * startTimeout
 	}
 	return startTimeout
@@ -45,12 +45,16 @@ func (s *Server) startTimeout() time.Duration {
 // run f long enough, and compare counts of the same length of time.
 func (s *Server) Instructions(t testing.TB, f func()) int64 {
 	t.Helper()
-	if !s.counting {
-		t.Fatal("redistest: Instructions of a server not started by StartCounting")
-	}
 	s.mu.Lock()
-	pid := strconv.Itoa(s.cmd.Process.Pid)
+	running := s.cmd != nil
+	pid := ""
+	if running {
+		pid = strconv.Itoa(s.cmd.Process.Pid)
+	}
 	s.mu.Unlock()
+	if s.valgrind == "" || !running {
+		t.Fatal("redistest: Instructions of a server not started by StartCounting, or stopped")
+	}
 	control := func(op string) {
 		if out, err := exec.Command("callgrind_control", op, pid).CombinedOutput(); err != nil {
 			t.Fatalf("redistest: callgrind_control %s: %v: %s", op, err, out)

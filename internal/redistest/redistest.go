@@ -62,8 +62,8 @@ type Server struct {
 	// rdb is redistest's own client, for setting up and polling the server.
 	rdb *goredis.Client
 
-	// counting runs the server under callgrind (StartCounting).
-	counting bool
+	// valgrind, when set, runs the server under callgrind (StartCounting).
+	valgrind string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -160,8 +160,8 @@ func (s *Server) launch() error {
 		args = append([]string{s.conf(), "--sentinel"}, args...)
 	}
 	cmd := exec.Command(s.bin, args...)
-	if s.counting {
-		cmd = exec.Command("valgrind", append(callgrind(s.dir, s.bin), args...)...)
+	if s.valgrind != "" {
+		cmd = exec.Command(s.valgrind, append(callgrind(s.dir, s.bin), args...)...)
 	}
 	cmd.Dir = s.dir
 	if err := cmd.Start(); err != nil {
