@@ -290,7 +290,11 @@ func TestSentinelIsolationSurvivesFailover(t *testing.T) {
 	}
 
 	// Not confirmed: replication is cut; the command says so, and the
-	// failover loses it.
+	// failover loses it. First the operator's client follows the failover:
+	// until Sentinel's announcement reaches it, its connections may still
+	// go to the demoted master, where an operator's command, which runs on
+	// a connection of its own and so is not retried, meets READONLY.
+	followed(t, ctx, rdb)
 	if _, err := ops.Release(ctx, unary, p, coordinator.Note{By: "ops", Reason: "scenario 3: next part"}); err != nil {
 		t.Fatal(err)
 	}
@@ -322,4 +326,20 @@ func unaryCalls(srv *fleettest.Server, since time.Time) int {
 		}
 	}
 	return n
+}
+
+// followed waits until rdb, a failover client, reaches a master.
+func followed(t *testing.T, ctx context.Context, rdb *goredis.Client) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		role, err := rdb.Do(ctx, "ROLE").Slice()
+		if err == nil && len(role) > 0 && role[0] == "master" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the operator's client did not follow the failover within 30 s: ROLE = %v, %v", role, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
