@@ -421,8 +421,9 @@ type heldRecords struct {
 	release chan struct{}
 }
 
-func (c *heldRecords) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
-	res, err := c.testCoordinator.Record(ctx, scope, p, outcomes)
+func (c *heldRecords) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
+	scope, p, outcomes := q.Scope, q.Policy, q.Outcomes
+	res, err := c.testCoordinator.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: outcomes, Replica: q.Replica, BatchID: q.BatchID, Source: q.Source})
 	if c.hold.CompareAndSwap(true, false) {
 		c.held <- struct{}{}
 		<-c.release
@@ -451,7 +452,7 @@ func TestStaleClosedAnswerNeverErasesOpen(t *testing.T) {
 
 	// Another replica trips the scope; this one learns it from its own
 	// admission.
-	if res, _ := m.Record(ctx, scope, p, []coordinator.Outcome{{Generation: tk.gen, Failure: true}}); res.State != open {
+	if res, _ := m.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: []coordinator.Outcome{{Generation: tk.gen, Failure: true}}}); res.State != open {
 		t.Fatalf("trip: %+v", res)
 	}
 	if _, err := b.admit(ctx, scope, testMethod); !errors.Is(err, ErrOpen) {

@@ -148,6 +148,8 @@ func tripPolicy() coordinator.Policy {
 	p.Probes = 1
 	p.ProbeSuccesses = 1
 	p.MaxOpenFor = 0
+	// One failure from anyone opens it, as a stand-in for a fleet's trip.
+	p.Outliers = 0
 	return p
 }
 
@@ -161,7 +163,7 @@ func tripScope(t testing.TB, c coordinator.Coordinator, scope string, p coordina
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Record(ctx, scope, p, []coordinator.Outcome{{Generation: d.Generation, Failure: true}})
+	res, err := c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: []coordinator.Outcome{{Generation: d.Generation, Failure: true}}})
 	if err != nil || res.State != coordinator.StateOpen {
 		t.Fatalf("tripping %q: %+v, %v", scope, res, err)
 	}
@@ -248,9 +250,10 @@ func (c *testCoordinator) Admit(ctx context.Context, scope string, p coordinator
 	return c.Coordinator.Admit(ctx, scope, p, claim)
 }
 
-func (c *testCoordinator) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
+func (c *testCoordinator) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
+	scope, p, outcomes := q.Scope, q.Policy, q.Outcomes
 	c.records.Add(1)
-	n, _ := c.batchIDs.LoadOrStore(coordinator.BatchID(ctx), new(atomic.Int64))
+	n, _ := c.batchIDs.LoadOrStore(q.BatchID, new(atomic.Int64))
 	n.(*atomic.Int64).Add(1)
 	in := c.inflight.Add(1)
 	defer c.inflight.Add(-1)
@@ -273,7 +276,7 @@ func (c *testCoordinator) Record(ctx context.Context, scope string, p coordinato
 	c.mu.Lock()
 	c.got = append(c.got, outcomes...)
 	c.mu.Unlock()
-	return c.Coordinator.Record(ctx, scope, p, outcomes)
+	return c.Coordinator.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: outcomes, Replica: q.Replica, BatchID: q.BatchID, Source: q.Source})
 }
 
 func (c *testCoordinator) Settle(ctx context.Context, scope string, p coordinator.Policy, claim string, o coordinator.Outcome) (coordinator.Result, error) {

@@ -107,6 +107,7 @@ type config struct {
 	pushback       *pushbackRule
 	tp             trace.TracerProvider
 	mp             metric.MeterProvider
+	replica        string // this replica's ID (replica.go)
 }
 
 func newConfig(opts []Option) config {
@@ -122,6 +123,7 @@ func newConfig(opts []Option) config {
 		queueSize:      DefaultQueueSize,
 		rejectedSpans:  true,
 		cacheMaxAge:    DefaultAdmissionCacheMaxAge,
+		replica:        defaultReplicaID(),
 	}
 	for _, m := range defaultExcluded {
 		c.excluded[m] = struct{}{}
@@ -146,6 +148,9 @@ func newConfig(opts []Option) config {
 func (c *config) validate() error {
 	if err := c.policy.Validate(); err != nil {
 		return fmt.Errorf("cbgrpc: WithPolicy: %w", err)
+	}
+	if err := checkReplicaID(c.replica); err != nil {
+		return err
 	}
 	if c.failure != FailOpen && c.failure != FailClosed {
 		return fmt.Errorf("cbgrpc: WithCoordinatorFailure: unknown policy %d; use FailOpen or FailClosed", int(c.failure))

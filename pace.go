@@ -22,8 +22,11 @@ import (
 // send their successes with it). A scope whose ratio climbs past half its
 // threshold is no longer calm: its replicas report every record interval
 // again from their next Record. The consecutive-failures rule counts runs
-// across the fleet, which late successes would lengthen, so a policy with
-// it never paces.
+// across the fleet in the order Records arrive, which late successes of
+// calm replicas lengthen: a run from replicas that each fail in a row
+// while others succeed. It must hold without the Policy.Outliers replicas
+// that contribute most to it, so a replica failing alone never makes one;
+// without that (Outliers 0), a policy with the rule never paces.
 const (
 	calmFactor = 5 // the calm interval is at most this many record intervals
 	calmShare  = 6 // and at most this share of the window
@@ -41,7 +44,7 @@ func calmInterval(recordInterval time.Duration, p coordinator.Policy) time.Durat
 // bring), and each trip ratio of its window under half its threshold.
 func calm(p coordinator.Policy, a answer) bool {
 	calls, failures, slow := a.window.calls, a.window.failures, a.window.slow
-	if a.state != coordinator.StateClosed || a.transition != nil || a.rampLeft > 0 || calls == 0 || p.ConsecutiveFailures > 0 ||
+	if a.state != coordinator.StateClosed || a.transition != nil || a.rampLeft > 0 || calls == 0 || (p.ConsecutiveFailures > 0 && p.Outliers == 0) ||
 		throttleShare(p, a.window) > 0 {
 		return false
 	}

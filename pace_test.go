@@ -37,6 +37,8 @@ func TestCalm(t *testing.T) {
 	}
 	withConsecutive := p
 	withConsecutive.ConsecutiveFailures = 5
+	plainConsecutive := withConsecutive
+	plainConsecutive.Outliers = 0
 	noSlowRule := p
 	noSlowRule.SlowCallDuration = 0
 	throttling := p
@@ -57,7 +59,8 @@ func TestCalm(t *testing.T) {
 		{"open", p, answer{state: coordinator.StateOpen, gen: 2}, false},
 		{"disabled", p, answer{state: coordinator.StateDisabled, gen: 2, window: window{calls: 100}}, false},
 		{"ramping", p, answer{state: coordinator.StateClosed, gen: 2, rampLeft: time.Second, window: window{calls: 100}}, false},
-		{"the consecutive-failures rule", withConsecutive, closed(100, 0, 0), false},
+		{"the consecutive-failures rule, judged without outliers", withConsecutive, closed(100, 0, 0), true},
+		{"the consecutive-failures rule, on every replica alike", plainConsecutive, closed(100, 0, 0), false},
 		{"throttling on, nothing rejected", throttling, closed(100, 20, 0), true},
 		{"throttling calls", throttling, throttledAnswer, false},
 	} {

@@ -73,7 +73,7 @@ func BenchmarkTripPropagation(b *testing.B) {
 			b.Fatal(err)
 		}
 		start := time.Now()
-		res, err := tripper.Record(ctx, scope, p, []coordinator.Outcome{{Generation: snap.Generation, Failure: true}})
+		res, err := tripper.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: []coordinator.Outcome{{Generation: snap.Generation, Failure: true}}})
 		if err != nil || res.Transition == nil {
 			b.Fatalf("trip: %+v, %v", res, err)
 		}

@@ -323,13 +323,13 @@ func (r *recorder) record(scope string, outcomes []coordinator.Outcome, callers 
 	// The same ID on the retry: a Record that did land before its answer
 	// was lost then counts once.
 	pol := b.known.policyOf(scope)
-	ctx := coordinator.WithPolicySource(coordinator.WithBatchID(context.Background(), b.ids.next()), pol.src)
+	q := coordinator.RecordRequest{Scope: scope, Policy: pol.p, Outcomes: outcomes, Replica: b.cfg.replica, BatchID: b.ids.next(), Source: pol.src}
 	cause := func(a answer) (trace.SpanContext, []trace.Link) {
 		return blame(outcomes, callers, a, pol.p)
 	}
-	a, err := b.roundTrip(ctx, trip{op: "record", scope: scope, timeout: b.cfg.timeout, wg: &r.wg, cause: cause},
+	a, err := b.roundTrip(context.Background(), trip{op: "record", scope: scope, timeout: b.cfg.timeout, wg: &r.wg, cause: cause},
 		func(ctx context.Context) (answer, error) {
-			res, err := b.c.Record(ctx, scope, pol.p, outcomes)
+			res, err := b.c.Record(ctx, q)
 			return resulted(res), err
 		})
 	if err != nil {

@@ -60,7 +60,7 @@ func TestThrottledCallIsRejectedAndCounted(t *testing.T) {
 	c := memory.New(memory.WithClock(clk.Now))
 	p := coordinator.DefaultPolicy()
 	// No failure-ratio rule, so that the window's failures cannot trip it.
-	p.FailureRatio, p.MinCalls, p.SlowCallDuration, p.SlowCallRatio = 0, 5, time.Hour, 0.5
+	p.FailureRatio, p.MinCalls, p.SlowCallDuration, p.SlowCallRatio, p.ConsecutiveFailures = 0, 5, time.Hour, 0.5, 0
 	p.Throttle = 2
 	const scope = "throttled-one"
 	ctx := context.Background()
@@ -76,7 +76,7 @@ func TestThrottledCallIsRejectedAndCounted(t *testing.T) {
 	for range 1000 {
 		others = append(others, coordinator.Outcome{Generation: d.Generation, Throttled: true})
 	}
-	if _, err := c.Record(ctx, scope, p, others); err != nil {
+	if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: others}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -184,6 +184,8 @@ func throttlePolicy() coordinator.Policy {
 	p := coordinator.DefaultPolicy()
 	p.Window, p.Buckets = 2*time.Second, 20
 	p.FailureRatio = 0.8
+	// Under overload failures come in runs: the ratio is the rule here.
+	p.ConsecutiveFailures = 0
 	p.Throttle = 2
 	return p
 }

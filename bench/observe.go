@@ -35,9 +35,10 @@ func (c *observed) Admit(ctx context.Context, scope string, p coordinator.Policy
 	return d, err
 }
 
-func (c *observed) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
+func (c *observed) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
+	scope, p, outcomes := q.Scope, q.Policy, q.Outcomes
 	start := time.Now()
-	res, err := c.Coordinator.Record(ctx, scope, p, outcomes)
+	res, err := c.Coordinator.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: outcomes, Replica: q.Replica, BatchID: q.BatchID, Source: q.Source})
 	c.r.coordinatorCall(&c.r.records, start, err)
 	if err == nil {
 		c.r.delivered.Add(int64(len(outcomes)))

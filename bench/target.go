@@ -54,7 +54,7 @@ func primeScripts(ctx context.Context, target Target, servers []*goredis.Client)
 		scope := fmt.Sprint("cbfleetsim-prime-", i)
 		d, err := c.Admit(ctx, scope, p, "prime")
 		if err == nil {
-			_, err = c.Record(ctx, scope, p, []coordinator.Outcome{{Generation: d.Generation}})
+			_, err = c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: []coordinator.Outcome{{Generation: d.Generation}}})
 		}
 		if err == nil {
 			_, err = c.Settle(ctx, scope, p, "prime", coordinator.Outcome{Generation: d.Generation})

@@ -29,21 +29,28 @@ type Coordinator interface {
 
 	// Record adds the outcomes of calls admitted with Allow, in order.
 	// Outcomes of another generation, or sent while the breaker is not
-	// closed, are stale and change nothing. See [WithBatchID] to make a
-	// retried Record safe.
+	// closed, are stale and change nothing; so are those of a batch whose
+	// BatchID the coordinator remembers (a retry).
 	//
-	// Every Record carries p, with its source ([WithPolicySource]), for
+	// The coordinator attributes the failures and slow calls to the
+	// request's Replica: a rule trips the breaker for the fleet only if
+	// it still holds without the Policy.Outliers replicas that contribute
+	// most to it, and a replica whose own outcomes trip the rules while
+	// the fleet's do not is an outlier, which Result.Outlier tells it
+	// (see [Outlier]).
+	//
+	// Every Record carries its policy, with its Source, for
 	// Snapshot.Policies: stale or not, whatever the state, since it tells
 	// what the replica runs, not what was counted. A Record that counts
 	// outcomes under another Window or Buckets than the window was written
 	// with first re-lays the window by time: the counts of each bucket
-	// live under the old layout go to the bucket of p's layout that holds
-	// the old bucket's last millisecond (or now), so that none is counted
-	// twice and each keeps its age, leaving the window when p's layout
-	// says, even while replicas of two layouts record in turn; counts
-	// wholly before p's window have left it. The generation and the run of
-	// failures stay.
-	Record(ctx context.Context, scope string, p Policy, outcomes []Outcome) (Result, error)
+	// live under the old layout go to the bucket of the policy's layout
+	// that holds the old bucket's last millisecond (or now), so that none
+	// is counted twice and each keeps its age, leaving the window when the
+	// new layout says, even while replicas of two layouts record in turn;
+	// counts wholly before the new window have left it. The generation and
+	// the run of failures stay.
+	Record(ctx context.Context, r RecordRequest) (Result, error)
 
 	// Settle reports the outcome of the probe admitted with claim. A claim
 	// that holds no live lease (unknown, expired or already settled) is
@@ -93,6 +100,12 @@ type Transition struct {
 	Generation uint64    // generation after the transition
 	At         time.Time // the coordinator's clock
 	Reason     string    // human readable: "failures 3/4 >= 50%", "probe failed", ...
+	// Replica is set when the transition is one replica's alone, not the
+	// scope's: the replica was found an outlier (closed -> open), its
+	// probe failed (half-open -> open), or its probe succeeded (half-open
+	// -> closed); Generation is then the scope's, unchanged. See
+	// [Outlier]. The transition feed never carries these.
+	Replica string
 	// OpenUntil is when the state moved to ends by itself, on the
 	// coordinator's clock: the end of the open period (To open) or of an
 	// isolation for a set time (To isolated); zero otherwise. A listener
@@ -121,8 +134,13 @@ type Result struct {
 	// how far the scope is from tripping. Throttled is the window's count
 	// of throttled requests, beside them. Zero otherwise.
 	Calls, Failures, Slow, Throttled int
-	// Transition is the transition the operation made, if any.
+	// Transition is the transition the operation made, if any: the
+	// scope's, or, from a Record that made none, its replica's as an
+	// outlier (Transition.Replica set).
 	Transition *Transition
+	// Outlier is, after a Record, the Record's replica as an outlier of
+	// the scope, as of now: nil when it is none.
+	Outlier *Outlier
 	// PolicyVersion is, as in [Decision], the version of the scope's
 	// override.
 	PolicyVersion uint64
@@ -165,6 +183,10 @@ type Snapshot struct {
 	// kept through recovery until the scope is forgotten: it tells an
 	// operator why a breaker that now reads open, or closed again, opened.
 	LastTrip Trip
+
+	// Outliers are the replicas that the coordinator found failing alone
+	// (see [Outlier]), by replica; empty when there are none.
+	Outliers []Outlier
 
 	// Policies are the distinct policies that Records carried within the
 	// last window, newest first: the first is the policy in force. More

@@ -42,6 +42,7 @@ var policyFields = []policyField{
 	{"ProbeSuccesses", func(p *Policy) any { return &p.ProbeSuccesses }},
 	{"RampFor", func(p *Policy) any { return &p.RampFor }},
 	{"Throttle", func(p *Policy) any { return &p.Throttle }},
+	{"Outliers", func(p *Policy) any { return &p.Outliers }},
 }
 
 // separators are what may part the words of a field's name. Built once:

@@ -43,6 +43,15 @@ type Policy struct {
 	// throttled requests (Outcome.Throttled) whatever K is. 0, the
 	// default, is off; otherwise at least 1 (2 is the book's choice).
 	Throttle float64
+	// Outliers is how many replicas a fleet trip leaves out: a rule
+	// opens the breaker for the fleet only if it still holds without the
+	// Outliers replicas that contribute most to it (those found outliers
+	// among them), unless those are all the replicas that recorded within
+	// the window, so that one replica alone is its own fleet. A replica
+	// whose own outcomes trip the rules while the fleet's do not is an
+	// [Outlier]: it alone rejects its calls for an open period. 0 keeps
+	// the plain rules, on every outcome alike; at most [MaxOutliers].
+	Outliers int
 }
 
 // DefaultPolicy returns a policy for real traffic:
@@ -53,9 +62,13 @@ type Policy struct {
 //   - MinCalls 20 and FailureRatio 0.5: resilience4j's 50% threshold, with a
 //     smaller minimum (its default is 100) because the window is shared by
 //     the whole fleet, which reaches 20 calls quickly.
-//   - ConsecutiveFailures 0 (off): with a shared window a run of failures is
-//     already caught by the ratio, and a fleet-wide run of 5 (gobreaker's
-//     default) trips on a few unlucky calls of a busy scope.
+//   - ConsecutiveFailures 20: a dependency that goes down after a healthy
+//     spell trips within a run of failures, where the ratio would wait for
+//     them to outweigh a window of successes. The run is the fleet's: a
+//     success from any replica ends it, and it must hold without the
+//     replica that contributes most (Outliers). Noise makes no run of 20.
+//   - Outliers 1: one replica failing alone opens the breaker for itself,
+//     never for the fleet.
 //   - Slow-call rule off: what counts as slow depends on the method.
 //   - OpenFor 5s, doubling on each failed recovery up to MaxOpenFor 60s:
 //     quick recovery from a blip (gobreaker and resilience4j wait 60s, which
@@ -68,15 +81,17 @@ type Policy struct {
 //     keeps its slot, short enough that a crashed prober's slot returns soon.
 func DefaultPolicy() Policy {
 	return Policy{
-		Window:         30 * time.Second,
-		Buckets:        10,
-		MinCalls:       20,
-		FailureRatio:   0.5,
-		OpenFor:        5 * time.Second,
-		MaxOpenFor:     60 * time.Second,
-		Probes:         3,
-		ProbeLease:     10 * time.Second,
-		ProbeSuccesses: 3,
+		Window:              30 * time.Second,
+		Buckets:             10,
+		MinCalls:            20,
+		FailureRatio:        0.5,
+		ConsecutiveFailures: 20,
+		OpenFor:             5 * time.Second,
+		MaxOpenFor:          60 * time.Second,
+		Probes:              3,
+		ProbeLease:          10 * time.Second,
+		ProbeSuccesses:      3,
+		Outliers:            1,
 	}
 }
 
@@ -179,6 +194,9 @@ func (p Policy) Validate() error {
 	}
 	if p.Throttle != 0 && !(p.Throttle >= 1 && !math.IsInf(p.Throttle, 1)) {
 		return invalid("Throttle", "must be 0 (off) or a finite K of at least 1 (2 is typical), got %v", p.Throttle)
+	}
+	if p.Outliers < 0 || p.Outliers > MaxOutliers {
+		return invalid("Outliers", "must be 0 (plain rules) to %d, got %d", MaxOutliers, p.Outliers)
 	}
 	return nil
 }

@@ -71,6 +71,8 @@ func TestPolicyValidateRejects(t *testing.T) {
 		{"throttle K under 1", func(p *coordinator.Policy) { p.Throttle = 0.5 }, "Throttle"},
 		{"NaN throttle", func(p *coordinator.Policy) { p.Throttle = math.NaN() }, "Throttle"},
 		{"infinite throttle", func(p *coordinator.Policy) { p.Throttle = math.Inf(1) }, "Throttle"},
+		{"negative outliers", func(p *coordinator.Policy) { p.Outliers = -1 }, "Outliers"},
+		{"more outliers than a coordinator tracks", func(p *coordinator.Policy) { p.Outliers = coordinator.MaxOutliers + 1 }, "Outliers"},
 		{"zero probe lease", func(p *coordinator.Policy) { p.ProbeLease = 0 }, "ProbeLease"},
 		{"negative probe lease", func(p *coordinator.Policy) { p.ProbeLease = -time.Second }, "ProbeLease"},
 		{"probe lease under 1ms", func(p *coordinator.Policy) { p.ProbeLease = time.Microsecond }, "ProbeLease"},
@@ -116,6 +118,8 @@ func TestPolicyValidateAccepts(t *testing.T) {
 		{"ratio that rounds to 1 thousandth", func(p *coordinator.Policy) { p.FailureRatio = 0.0006 }},
 		{"1ms buckets", func(p *coordinator.Policy) { p.Window, p.Buckets = 10*time.Millisecond, 10 }},
 		{"MaxOpenFor just above OpenFor", func(p *coordinator.Policy) { p.MaxOpenFor = 101 * time.Millisecond }},
+		{"the plain rules, no replica left out", func(p *coordinator.Policy) { p.Outliers = 0 }},
+		{"the most outliers left out", func(p *coordinator.Policy) { p.Outliers = coordinator.MaxOutliers }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := small()
@@ -171,7 +175,7 @@ func TestIsSlow(t *testing.T) {
 func FuzzPolicyValidate(f *testing.F) {
 	add := func(p coordinator.Policy) {
 		f.Add(int64(p.Window), p.Buckets, p.MinCalls, p.FailureRatio, p.ConsecutiveFailures, int64(p.SlowCallDuration),
-			p.SlowCallRatio, int64(p.OpenFor), int64(p.MaxOpenFor), p.Probes, int64(p.ProbeLease), p.ProbeSuccesses)
+			p.SlowCallRatio, int64(p.OpenFor), int64(p.MaxOpenFor), p.Probes, int64(p.ProbeLease), p.ProbeSuccesses, p.Outliers)
 	}
 	add(coordinator.DefaultPolicy())
 	add(small())
@@ -180,12 +184,12 @@ func FuzzPolicyValidate(f *testing.F) {
 	add(coordinator.Policy{Window: time.Millisecond, Buckets: 1, MinCalls: 1, FailureRatio: 0.0005, SlowCallDuration: time.Millisecond,
 		SlowCallRatio: 0.9995, OpenFor: time.Millisecond, MaxOpenFor: math.MaxInt64, Probes: 1, ProbeLease: time.Millisecond, ProbeSuccesses: 1})
 	f.Fuzz(func(t *testing.T, window int64, buckets, minCalls int, failureRatio float64, consecutive int, slowDuration int64,
-		slowRatio float64, openFor, maxOpenFor int64, probes int, lease int64, successes int) {
+		slowRatio float64, openFor, maxOpenFor int64, probes int, lease int64, successes, outliers int) {
 		p := coordinator.Policy{
 			Window: time.Duration(window), Buckets: buckets, MinCalls: minCalls, FailureRatio: failureRatio,
 			ConsecutiveFailures: consecutive, SlowCallDuration: time.Duration(slowDuration), SlowCallRatio: slowRatio,
 			OpenFor: time.Duration(openFor), MaxOpenFor: time.Duration(maxOpenFor), Probes: probes,
-			ProbeLease: time.Duration(lease), ProbeSuccesses: successes,
+			ProbeLease: time.Duration(lease), ProbeSuccesses: successes, Outliers: outliers,
 		}
 		err := p.Validate()
 		if err != nil {
@@ -213,7 +217,7 @@ func exercise(t *testing.T, p coordinator.Policy) {
 	d, err := c.Admit(ctx, "s", p, "a")
 	check("Admit", err)
 	for i := 0; i < 64; i++ {
-		res, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: d.Generation, Failure: true, Duration: p.SlowCallDuration}})
+		res, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: d.Generation, Failure: true, Duration: p.SlowCallDuration}}})
 		check("Record", err)
 		if res.State != coordinator.StateClosed {
 			break

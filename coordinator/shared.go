@@ -126,21 +126,6 @@ func CheckOverride(t Target, o Override, fleet Override) error {
 	return err
 }
 
-type sourceKey struct{}
-
-// WithPolicySource tells Record where the policy it passes came from, so
-// that the coordinator can report it with the policy (Snapshot.Policies).
-// Without it, the source is SourceCode.
-func WithPolicySource(ctx context.Context, s PolicySource) context.Context {
-	return context.WithValue(ctx, sourceKey{}, s)
-}
-
-// PolicySourceOf returns the source set by [WithPolicySource].
-func PolicySourceOf(ctx context.Context) PolicySource {
-	s, _ := ctx.Value(sourceKey{}).(PolicySource)
-	return s
-}
-
 // SeenPolicy is a policy that Records of a scope carried: coordinators
 // keep, per scope, each distinct policy (by [Policy.Fingerprint]) with
 // the last time a Record carried it, and report those of the last window

@@ -1,7 +1,6 @@
 package coordinator_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
@@ -25,19 +24,5 @@ func TestVerdictString(t *testing.T) {
 		if got := v.String(); got != want {
 			t.Errorf("Verdict(%d).String() = %q; want %q", int(v), got, want)
 		}
-	}
-}
-
-func TestBatchID(t *testing.T) {
-	ctx := context.Background()
-	if got := coordinator.BatchID(ctx); got != "" {
-		t.Errorf("BatchID of a plain context = %q; want \"\"", got)
-	}
-	ctx = coordinator.WithBatchID(ctx, "b-1")
-	if got := coordinator.BatchID(ctx); got != "b-1" {
-		t.Errorf("BatchID = %q; want b-1", got)
-	}
-	if got := coordinator.BatchID(coordinator.WithBatchID(ctx, "b-2")); got != "b-2" {
-		t.Errorf("BatchID of a retried batch's context = %q; want the innermost ID b-2", got)
 	}
 }

@@ -107,7 +107,7 @@ func (f *fleet) trip(scope string) {
 	for i := range out {
 		out[i] = coordinator.Outcome{Generation: d.Generation, Failure: true}
 	}
-	res, err := f.c.Record(context.Background(), scope, f.p, out)
+	res, err := f.c.Record(context.Background(), coordinator.RecordRequest{Scope: scope, Policy: f.p, Outcomes: out})
 	if err != nil || res.Transition == nil {
 		f.t.Fatalf("tripping %q: %+v, %v", scope, res, err)
 	}
@@ -159,7 +159,7 @@ func TestCLI(t *testing.T) {
 
 	f.trip("svc/pkg.S/Trip")
 	fine := f.admit("svc/pkg.S/Fine").Generation
-	if _, err := f.c.Record(context.Background(), "svc/pkg.S/Fine", f.p, []coordinator.Outcome{{Generation: fine}, {Generation: fine, Failure: true}}); err != nil {
+	if _, err := f.c.Record(context.Background(), coordinator.RecordRequest{Scope: "svc/pkg.S/Fine", Policy: f.p, Outcomes: []coordinator.Outcome{{Generation: fine}, {Generation: fine, Failure: true}}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -375,7 +375,9 @@ func TestCLIShowLastTrip(t *testing.T) {
 	scope := "pay/Charge"
 	f.trip(scope)
 	gen := f.generation(scope)
-	reason := fmt.Sprintf("failures %d/%d >= 50%%", f.p.MinCalls, f.p.MinCalls)
+	// MinCalls failures in a row: the run rule, checked first, holds as
+	// soon as the ratio would.
+	reason := fmt.Sprintf("consecutive failures %d >= %d", f.p.ConsecutiveFailures, f.p.ConsecutiveFailures)
 	r := c.want(0, "calls:                0", "", "show", scope)
 	for _, want := range []string{fmt.Sprintf("gen %d: %s", gen, reason), fmt.Sprintf("window at the trip:   %d calls, %d failures, 0 slow", f.p.MinCalls, f.p.MinCalls)} {
 		if !strings.Contains(r.stdout, want) {
@@ -409,7 +411,7 @@ func TestCLIShowThrottled(t *testing.T) {
 	scope := "quota/Get"
 	gen := f.admit(scope).Generation
 	out := []coordinator.Outcome{{Generation: gen}, {Generation: gen, Throttled: true}, {Generation: gen, Throttled: true}}
-	if _, err := f.c.Record(context.Background(), scope, f.p, out); err != nil {
+	if _, err := f.c.Record(context.Background(), coordinator.RecordRequest{Scope: scope, Policy: f.p, Outcomes: out}); err != nil {
 		t.Fatal(err)
 	}
 	c.want(0, "throttled:            2", "", "show", scope)

@@ -26,12 +26,12 @@ func (f *fleet) overrides(scope string) coordinator.Overrides {
 // that came from src, as a Breaker that applied an override does.
 func (f *fleet) record(scope string, p coordinator.Policy, src coordinator.PolicySource) {
 	f.t.Helper()
-	ctx := coordinator.WithPolicySource(context.Background(), src)
+	ctx := context.Background()
 	d, err := f.c.Admit(ctx, scope, p, "claim")
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if _, err := f.c.Record(ctx, scope, p, []coordinator.Outcome{{Generation: d.Generation}}); err != nil {
+	if _, err := f.c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: []coordinator.Outcome{{Generation: d.Generation}}, Source: src}); err != nil {
 		f.t.Fatal(err)
 	}
 }

@@ -89,7 +89,7 @@ func TestServeBrowser(t *testing.T) {
 		for i := range out {
 			out[i] = coordinator.Outcome{Generation: d.Generation, Failure: i < failures}
 		}
-		if _, err := coord.Record(ctx, scope, p, out); err != nil {
+		if _, err := coord.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: out}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -85,12 +85,11 @@ func testSnapshotNeverGivesBirth(t *testing.T, f Factory) {
 // its ID.
 func testBirthForgetsBatchIDs(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
-	batch := coordinator.WithBatchID(t.Context(), "batch-1")
 	gen := h.closedGen()
-	h.wantResult("batch-1", h.recordCtx(batch, ok(gen)), closed, gen, 0)
+	h.wantResult("batch-1", h.recordBatch("batch-1", ok(gen)), closed, gen, 0)
 	h.forget(h.now())
 	gen = h.closedGen()
-	h.wantResult("batch-1 again, after the scope was born again", h.recordCtx(batch, ok(gen)), closed, gen, 0)
+	h.wantResult("batch-1 again, after the scope was born again", h.recordBatch("batch-1", ok(gen)), closed, gen, 0)
 	if s := h.snapshot(); s.Calls != 1 {
 		t.Errorf("snapshot %+v; want the batch counted", s)
 	}

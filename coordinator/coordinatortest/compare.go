@@ -94,6 +94,13 @@ const (
 	pathThrottled
 	pathReLaid
 	pathPoliciesSeen
+	pathOutlierFound
+	pathOutlierStale
+	pathOutlierReopened
+	pathOutlierForgiven
+	pathTripLeavingOut
+	pathOutlierListed
+	pathReplicasEvicted
 	// with a coordinator.Pusher
 	pathPushed
 	// with LoseState
@@ -117,7 +124,9 @@ var pathNames = [numPaths]string{
 	"opened", "admitted", "rejected while open", "rejected at the probe limit", "lease expired",
 	"settled success", "settled failure", "closed again", "stale outcome", "stale settle",
 	"born again after forgetting", "born above a generation seen", "admitted while ramping", "throttled counted",
-	"window re-laid", "policies seen > 1", "pushed open", "lost state", "fenced after a loss",
+	"window re-laid", "policies seen > 1",
+	"outlier found", "outlier's outcomes stale", "outlier's probe failed", "outlier's probe succeeded",
+	"tripped leaving out replicas", "outliers listed", "more replicas failed than tracked", "pushed open", "lost state", "fenced after a loss",
 	"rejected while isolated", "isolated", "isolation ended", "released", "disabled", "counted while disabled", "enabled",
 	"override set", "override reset", "answered an override's version",
 }
@@ -138,6 +147,8 @@ func comparePolicy(rng *rand.Rand) coordinator.Policy {
 	if rng.IntN(3) == 0 {
 		p.ConsecutiveFailures = 3
 	}
+	// Most sequences judge the fleet without its most failing replicas.
+	p.Outliers = []int{0, 1, 1, 2}[rng.IntN(4)]
 	if rng.IntN(6) == 0 {
 		p.FailureRatio, p.MinCalls, p.ConsecutiveFailures = 0, 0, 2
 	}
@@ -164,8 +175,12 @@ func comparePolicy(rng *rand.Rand) coordinator.Policy {
 }
 
 // altPolicy is the policy that other replicas of a scope run, from an
-// operator's override: p with another layout of the window.
+// operator's override: p with another layout of the window, and now and
+// then another number of outliers left out.
 func altPolicy(rng *rand.Rand, p coordinator.Policy) coordinator.Policy {
+	if rng.IntN(3) == 0 {
+		p.Outliers = (p.Outliers + 1) % 3
+	}
 	switch rng.IntN(3) {
 	case 0:
 		p.Window, p.Buckets = 600*time.Millisecond, 4
@@ -204,7 +219,13 @@ type cmpScope struct {
 	p       coordinator.Policy
 	alt     coordinator.Policy // the policy of the replicas that run an override
 	failing bool               // the dependency is failing: outcomes fail more often
-	losses  int                // for naming the reference's next scope
+	// bad is the replica of the scope that fails alone, "" while none does.
+	bad string
+	// failed are the replicas that failed in generation failedGen: more
+	// of them than the coordinators track makes them evict.
+	failed    map[string]bool
+	failedGen uint64
+	losses    int // for naming the reference's next scope
 	// gen is the generation of the last answer about alias; 0 before the
 	// first.
 	gen uint64
@@ -225,11 +246,12 @@ type call struct {
 }
 
 type batch struct {
-	s     *cmpScope
-	p     coordinator.Policy // the policy of the replica that records it
-	id    string
-	calls []*call
-	outs  []coordinator.Outcome // without generations
+	s       *cmpScope
+	p       coordinator.Policy // the policy of the replica that records it
+	replica string             // the replica that records it
+	id      string
+	calls   []*call
+	outs    []coordinator.Outcome // without generations
 }
 
 func newDriver(t *testing.T, f Factory, opts CompareOptions, seed uint64, reached *[numPaths]int) *driver {
@@ -259,6 +281,9 @@ func (d *driver) run(steps int) {
 		if d.rng.IntN(40) == 0 {
 			s.failing = !s.failing
 		}
+		if d.rng.IntN(15) == 0 {
+			s.bad = []string{"", "r0", "r1", "r2"}[d.rng.IntN(4)]
+		}
 		switch n := d.rng.IntN(100); {
 		case n < 25:
 			d.admit(s)
@@ -266,8 +291,10 @@ func (d *driver) run(steps int) {
 			d.admitSeen(s)
 		case n < 32:
 			d.readmit(s)
-		case n < 50:
+		case n < 49:
 			d.record(s)
+		case n < 50:
+			d.crowd(s)
 		case n < 54:
 			d.retryBatch(s)
 		case n < 66:
@@ -386,6 +413,7 @@ func samePolicyVersion(s *cmpScope, ref, sut uint64) bool {
 func (d *driver) sameResult(s *cmpScope, op string, rr, sr coordinator.Result, lost int) {
 	d.t.Helper()
 	if rr.State != sr.State || rr.Generation != sr.Generation || rr.Stale+lost != sr.Stale || rr.RetryAfter != sr.RetryAfter || rr.RampLeft != sr.RampLeft ||
+		!sameOutliers(outlierList(rr.Outlier), outlierList(sr.Outlier)) ||
 		rr.Calls != sr.Calls || rr.Failures != sr.Failures || rr.Slow != sr.Slow || rr.Throttled != sr.Throttled || !samePolicyVersion(s, rr.PolicyVersion, sr.PolicyVersion) {
 		var why string
 		if lost > 0 {
@@ -403,13 +431,22 @@ func (d *driver) sameTransition(s *cmpScope, op string, r, su *coordinator.Trans
 		return
 	}
 	if r == nil || su == nil || su.Scope != s.name || r.From != su.From || r.To != su.To || r.Generation != su.Generation ||
-		!r.At.Equal(su.At) || !r.OpenUntil.Equal(su.OpenUntil) || r.Reason != su.Reason {
+		!r.At.Equal(su.At) || !r.OpenUntil.Equal(su.OpenUntil) || r.Reason != su.Reason || r.Replica != su.Replica {
 		d.fail("%s on s%d: reference transition %s, coordinator under test %s (scope %q, want %q)",
 			op, s.index, showTransition(r), showTransition(su), scopeOf(su), s.name)
 	}
 	switch {
+	case r.Replica != "" && r.To == coordinator.StateOpen && r.From == coordinator.StateClosed:
+		d.hit(pathOutlierFound)
+	case r.Replica != "" && r.To == coordinator.StateOpen:
+		d.hit(pathOutlierReopened)
+	case r.Replica != "":
+		d.hit(pathOutlierForgiven)
 	case r.To == coordinator.StateOpen && r.From == coordinator.StateClosed:
 		d.hit(pathOpened)
+		if strings.Contains(r.Reason, "leaving out") {
+			d.hit(pathTripLeavingOut)
+		}
 	case r.To == coordinator.StateClosed && r.From == coordinator.StateHalfOpen:
 		d.hit(pathClosedAgain)
 	case r.To == coordinator.StateIsolated:
@@ -425,6 +462,13 @@ func (d *driver) sameTransition(s *cmpScope, op string, r, su *coordinator.Trans
 	}
 }
 
+func outlierList(o *coordinator.Outlier) []coordinator.Outlier {
+	if o == nil {
+		return nil
+	}
+	return []coordinator.Outlier{*o}
+}
+
 func scopeOf(t *coordinator.Transition) string {
 	if t == nil {
 		return ""
@@ -436,7 +480,7 @@ func showTransition(t *coordinator.Transition) string {
 	if t == nil {
 		return "none"
 	}
-	return fmt.Sprintf("{%v -> %v gen %d at %s until %s %q}", t.From, t.To, t.Generation, since(t.At), since(t.OpenUntil), t.Reason)
+	return fmt.Sprintf("{%v -> %v gen %d at %s until %s %q replica %q}", t.From, t.To, t.Generation, since(t.At), since(t.OpenUntil), t.Reason, t.Replica)
 }
 
 func showDecision(d coordinator.Decision) string {
@@ -444,8 +488,8 @@ func showDecision(d coordinator.Decision) string {
 }
 
 func showResult(r coordinator.Result) string {
-	return fmt.Sprintf("{%v gen %d stale %d retry %v ramp %v window %d/%d/%d throttled %d transition %s}", r.State, r.Generation, r.Stale, r.RetryAfter, r.RampLeft,
-		r.Calls, r.Failures, r.Slow, r.Throttled, showTransition(r.Transition))
+	return fmt.Sprintf("{%v gen %d stale %d retry %v ramp %v window %d/%d/%d throttled %d transition %s outlier %s}", r.State, r.Generation, r.Stale, r.RetryAfter, r.RampLeft,
+		r.Calls, r.Failures, r.Slow, r.Throttled, showTransition(r.Transition), showOutlier(r.Outlier))
 }
 
 func showSnapshot(s coordinator.Snapshot) string {
@@ -453,10 +497,21 @@ func showSnapshot(s coordinator.Snapshot) string {
 	for _, p := range s.Policies {
 		policies = append(policies, fmt.Sprintf("%s@%s/%v", p.Fingerprint, since(p.At), p.Source))
 	}
-	return fmt.Sprintf("{%v gen %d calls %d failures %d slow %d throttled %d consecutive %d opened %s until %s probes %d successes %d operator %+v forced %s last trip %s %q gen %d %d/%d/%d policies %v}",
+	var outliers []string
+	for _, o := range s.Outliers {
+		outliers = append(outliers, showOutlier(&o))
+	}
+	return fmt.Sprintf("{%v gen %d calls %d failures %d slow %d throttled %d consecutive %d opened %s until %s probes %d successes %d operator %+v forced %s last trip %s %q gen %d %d/%d/%d outliers %v policies %v}",
 		s.State, s.Generation, s.Calls, s.Failures, s.Slow, s.Throttled, s.ConsecutiveFailures, since(s.OpenedAt), since(s.OpenUntil),
 		s.ProbesInFlight, s.ProbeSuccesses, s.Operator, since(s.ForcedAt),
-		since(s.LastTrip.At), s.LastTrip.Reason, s.LastTrip.Generation, s.LastTrip.Calls, s.LastTrip.Failures, s.LastTrip.Slow, policies)
+		since(s.LastTrip.At), s.LastTrip.Reason, s.LastTrip.Generation, s.LastTrip.Calls, s.LastTrip.Failures, s.LastTrip.Slow, outliers, policies)
+}
+
+func showOutlier(o *coordinator.Outlier) string {
+	if o == nil {
+		return "none"
+	}
+	return fmt.Sprintf("{%q since %s until %s retry %v %q}", o.Replica, since(o.Since), since(o.Until), o.RetryAfter, o.Reason)
 }
 
 // since shows a time of the clock as the time since [Start].

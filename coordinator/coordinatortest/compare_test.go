@@ -75,12 +75,13 @@ func (l *lossy) Admit(ctx context.Context, scope string, p coordinator.Policy, c
 	return d, err
 }
 
-func (l *lossy) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
+func (l *lossy) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
+	scope, p, outcomes := q.Scope, q.Policy, q.Outcomes
 	inner := l.inner(scope)
 	if l.adopt {
 		outcomes = l.adopted(ctx, scope, inner, p, outcomes)
 	}
-	r, err := l.m.Record(ctx, inner, p, outcomes)
+	r, err := l.m.Record(ctx, coordinator.RecordRequest{Scope: inner, Policy: p, Outcomes: outcomes, Replica: q.Replica, BatchID: q.BatchID, Source: q.Source})
 	r.Transition = renamed(r.Transition, scope)
 	return r, err
 }
@@ -192,12 +193,13 @@ func (r *reborn) Admit(ctx context.Context, scope string, p coordinator.Policy, 
 	return d, err
 }
 
-func (r *reborn) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
+func (r *reborn) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
+	scope, p, outcomes := q.Scope, q.Policy, q.Outcomes
 	outcomes = slices.Clone(outcomes)
 	for i := range outcomes {
 		outcomes[i].Generation = r.in(scope, outcomes[i].Generation)
 	}
-	res, err := r.Coordinator.Record(ctx, scope, p, outcomes)
+	res, err := r.Coordinator.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: outcomes, Replica: q.Replica, BatchID: q.BatchID, Source: q.Source})
 	res.Generation = r.out(scope, res.Generation, true, res.Transition)
 	return res, err
 }
@@ -217,8 +219,9 @@ func (r *reborn) Snapshot(ctx context.Context, scope string, p coordinator.Polic
 
 type doubler struct{ *memory.Coordinator }
 
-func (d doubler) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
-	return d.Coordinator.Record(ctx, scope, p, append(outcomes, outcomes...))
+func (d doubler) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
+	scope, p, outcomes := q.Scope, q.Policy, q.Outcomes
+	return d.Coordinator.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: append(outcomes, outcomes...), Replica: q.Replica, BatchID: q.BatchID, Source: q.Source})
 }
 
 // brokenCoordinators each break one rule in a way Compare must notice.

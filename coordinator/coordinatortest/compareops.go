@@ -12,7 +12,11 @@ import (
 // The operations [Compare]'s driver runs on both coordinators, each
 // checking that their answers agree.
 
-func (d *driver) outcome(s *cmpScope) coordinator.Outcome {
+func (d *driver) outcome(s *cmpScope, replica string) coordinator.Outcome {
+	// The bad replica fails alone: nearly every call, fast.
+	if replica == s.bad && s.bad != "" && d.rng.IntN(10) < 9 {
+		return coordinator.Outcome{Failure: true}
+	}
 	// A caller that throttles (Policy.Throttle) sends throttled requests
 	// among its calls' outcomes, more of them while the dependency fails.
 	if s.p.Throttle > 0 && d.rng.IntN(5) < 1+btoi(s.failing) {
@@ -153,14 +157,14 @@ func (d *driver) record(s *cmpScope) {
 	}
 	d.rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	// Some of the scope's replicas run an override of the policy.
-	b := &batch{s: s, p: s.p}
+	b := &batch{s: s, p: s.p, replica: d.replica(s)}
 	if d.rng.IntN(4) == 0 {
 		b.p = s.alt
 	}
 	for _, c := range cands[:1+d.rng.IntN(min(4, len(cands)))] {
 		d.calls = remove(d.calls, c)
 		b.calls = append(b.calls, c)
-		b.outs = append(b.outs, d.outcome(s))
+		b.outs = append(b.outs, d.outcome(s, b.replica))
 	}
 	if d.rng.IntN(2) == 0 {
 		d.next++
@@ -204,16 +208,17 @@ func (d *driver) send(b *batch) {
 		refOuts = append(refOuts, o)
 	}
 	ctx := context.Background()
-	if b.id != "" {
-		ctx = coordinator.WithBatchID(ctx, b.id)
-	}
+	q := coordinator.RecordRequest{Policy: b.p, BatchID: b.id, Replica: b.replica}
 	var alt string
 	if b.p != s.p {
-		ctx, alt = coordinator.WithPolicySource(ctx, coordinator.SourceScope), fmt.Sprintf(" under %v/%d", b.p.Window, b.p.Buckets)
+		q.Source, alt = coordinator.SourceScope, fmt.Sprintf(" under %v/%d", b.p.Window, b.p.Buckets)
 	}
-	rr, refErr := d.ref.Record(ctx, s.alias, b.p, refOuts)
-	sr, sutErr := d.sut.Record(ctx, s.name, b.p, sutOuts)
-	d.note("record s%d batch %q%s %v (+%d lost) -> %s", s.index, b.id, alt, refOuts, lost, showResult(rr))
+	rq, sq := q, q
+	rq.Scope, rq.Outcomes = s.alias, refOuts
+	sq.Scope, sq.Outcomes = s.name, sutOuts
+	rr, refErr := d.ref.Record(ctx, rq)
+	sr, sutErr := d.sut.Record(ctx, sq)
+	d.note("record s%d batch %q from %q%s %v (+%d lost) -> %s", s.index, b.id, b.replica, alt, refOuts, lost, showResult(rr))
 	d.noErr("Record", refErr, sutErr)
 	d.sameResult(s, fmt.Sprintf("Record(batch %q, %d outcomes%s)", b.id, len(sutOuts), alt), rr, sr, lost)
 	if rr.Stale < len(refOuts) {
@@ -226,6 +231,14 @@ func (d *driver) send(b *batch) {
 	}
 	if rr.Stale > 0 {
 		d.hit(pathStaleOutcome)
+		if rr.Outlier != nil && rr.Transition == nil {
+			d.hit(pathOutlierStale)
+		}
+	}
+	d.noteFailed(s, b, refOuts, rr)
+	// An outlier often recovers, so that its probe succeeds.
+	if t := rr.Transition; t != nil && t.Replica != "" && t.Replica == s.bad && d.rng.IntN(2) == 0 {
+		s.bad = ""
 	}
 	// Counted: every outcome of the batch, a throttled request among them.
 	if rr.Stale == 0 && rr.Transition == nil && slices.ContainsFunc(refOuts, func(o coordinator.Outcome) bool { return o.Throttled }) {
@@ -305,6 +318,9 @@ func (d *driver) snapshot(s *cmpScope) {
 	d.noErr("Snapshot", refErr, sutErr)
 	if len(rs.Policies) > 1 {
 		d.hit(pathPoliciesSeen)
+	}
+	if len(rs.Outliers) > 0 {
+		d.hit(pathOutlierListed)
 	}
 	if ss.Scope != s.name {
 		d.fail("Snapshot(s%d): scope %q; want %q", s.index, ss.Scope, s.name)
@@ -422,5 +438,59 @@ func (d *driver) push(s *cmpScope) {
 	d.sameResult(s, fmt.Sprintf("Push(gen %d, %v)", gen, period), rr, sr, 0)
 	if rr.Transition != nil {
 		d.hit(pathPushed)
+	}
+}
+
+// replica picks the replica a batch of s comes from: the bad one often,
+// one of a few others mostly, and now and then one of more replicas than
+// the coordinators track, so that they evict.
+func (d *driver) replica(s *cmpScope) string {
+	switch n := d.rng.IntN(10); {
+	case n < 3 && s.bad != "":
+		return s.bad
+	case n < 9:
+		return fmt.Sprintf("r%d", d.rng.IntN(3))
+	}
+	return fmt.Sprintf("many-%d", d.rng.IntN(coordinator.TrackedReplicas+8))
+}
+
+// noteFailed counts the replicas that failed in the closed generation a
+// Record counted in: more than the coordinators track, and they evict.
+func (d *driver) noteFailed(s *cmpScope, b *batch, outs []coordinator.Outcome, res coordinator.Result) {
+	if res.State != coordinator.StateClosed || res.Stale == len(outs) {
+		return
+	}
+	if s.failedGen != res.Generation {
+		s.failed, s.failedGen = map[string]bool{}, res.Generation
+	}
+	if slices.ContainsFunc(outs, func(o coordinator.Outcome) bool { return o.Failure }) && !s.failed[b.replica] {
+		s.failed[b.replica] = true
+		if len(s.failed) == coordinator.TrackedReplicas+1 {
+			d.hit(pathReplicasEvicted)
+		}
+	}
+}
+
+// crowd has more replicas than the coordinators track each record three
+// successes and a failure, which trips no rule: the coordinators must
+// evict the same ones.
+func (d *driver) crowd(s *cmpScope) {
+	n := coordinator.TrackedReplicas + 1 + d.rng.IntN(4)
+	d.note("crowd of %d replicas on s%d", n, s.index)
+	for i := range n {
+		b := &batch{s: s, p: s.p, replica: fmt.Sprintf("crowd-%02d", (i*7)%n)}
+		for j := range 4 {
+			d.next++
+			claim := fmt.Sprintf("claim-%d", d.next)
+			d.admitClaim(context.Background(), s, claim, nil)
+			c := pick(d, d.calls, s, func(c *call) bool { return c.claim == claim && !c.probe })
+			if c == nil {
+				return // rejected, or a probe: the scope is not closed
+			}
+			d.calls = remove(d.calls, c)
+			b.calls = append(b.calls, c)
+			b.outs = append(b.outs, coordinator.Outcome{Failure: j == 3})
+		}
+		d.send(b)
 	}
 }

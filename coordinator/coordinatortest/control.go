@@ -63,10 +63,11 @@ func sameSnapshot(a, b coordinator.Snapshot) bool {
 			}
 		}
 	}
-	if !samePolicies(a.Policies, b.Policies) {
+	if !samePolicies(a.Policies, b.Policies) || !sameOutliers(a.Outliers, b.Outliers) {
 		return false
 	}
 	a.Policies, b.Policies = nil, nil
+	a.Outliers, b.Outliers = nil, nil
 	return reflect.DeepEqual(a, b)
 }
 

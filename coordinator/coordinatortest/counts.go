@@ -38,9 +38,8 @@ func testRecordAnswersTheWindowCounts(t *testing.T, f Factory) {
 	h.advance(800 * time.Millisecond)
 	wantCounts("once the first bucket has left the window", h.record(ok(gen)), 3, 1, 0)
 
-	ctx := coordinator.WithBatchID(t.Context(), "batch-1")
-	wantCounts("a batch", h.recordCtx(ctx, ok(gen)), 4, 1, 0)
-	wantCounts("the same batch again, all stale", h.recordCtx(ctx, ok(gen)), 0, 0, 0)
+	wantCounts("a batch", h.recordBatch("batch-1", ok(gen)), 4, 1, 0)
+	wantCounts("the same batch again, all stale", h.recordBatch("batch-1", ok(gen)), 0, 0, 0)
 	wantCounts("outcomes of another generation, all stale", h.record(ok(gen-1)), 0, 0, 0)
 	// A Record that counts nothing once buckets have left the window
 	// leaves the counts as they were: the next one subtracts the buckets.

@@ -105,14 +105,13 @@ func testStaleCountsEveryIgnoredOutcome(t *testing.T, f Factory) {
 func testDuplicateBatchIsStale(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	gen := h.closedGen()
-	first := coordinator.WithBatchID(t.Context(), "batch-1")
-	h.wantResult("batch-1", h.recordCtx(first, fail(gen), ok(gen)), closed, gen, 0)
-	res := h.recordCtx(first, fail(gen), ok(gen))
+	h.wantResult("batch-1", h.recordBatch("batch-1", fail(gen), ok(gen)), closed, gen, 0)
+	res := h.recordBatch("batch-1", fail(gen), ok(gen))
 	h.wantResult("batch-1 again", res, closed, gen, 2)
 	if s := h.snapshot(); s.Calls != 2 || s.Failures != 1 {
 		t.Errorf("snapshot %+v; want batch-1 counted once", s)
 	}
-	h.wantResult("batch-2", h.recordCtx(coordinator.WithBatchID(t.Context(), "batch-2"), ok(gen)), closed, gen, 0)
+	h.wantResult("batch-2", h.recordBatch("batch-2", ok(gen)), closed, gen, 0)
 	h.record(ok(gen))
 	h.record(ok(gen))
 	if s := h.snapshot(); s.Calls != 5 {
@@ -120,7 +119,7 @@ func testDuplicateBatchIsStale(t *testing.T, f Factory) {
 	}
 	other := h.on(h.scope + "/other")
 	gen = other.closedGen()
-	other.wantResult("batch-1 on another scope", other.recordCtx(first, ok(gen)), closed, gen, 0)
+	other.wantResult("batch-1 on another scope", other.recordBatch("batch-1", ok(gen)), closed, gen, 0)
 }
 
 func testInvalidPolicyIsAnError(t *testing.T, f Factory) {
@@ -136,7 +135,7 @@ func testInvalidPolicyIsAnError(t *testing.T, f Factory) {
 	}
 	_, err := h.c.Admit(ctx, h.scope, bad, "a")
 	check("Admit", err)
-	_, err = h.c.Record(ctx, h.scope, bad, []coordinator.Outcome{fail(0), fail(0), fail(0), fail(0)})
+	_, err = h.c.Record(ctx, coordinator.RecordRequest{Scope: h.scope, Policy: bad, Outcomes: []coordinator.Outcome{fail(0), fail(0), fail(0), fail(0)}})
 	check("Record", err)
 	_, err = h.c.Settle(ctx, h.scope, bad, "a", fail(0))
 	check("Settle", err)

@@ -30,6 +30,8 @@ type harness struct {
 	clock *Clock
 	p     coordinator.Policy
 	scope string
+	// replica is the replica the harness records as (RecordRequest.Replica).
+	replica string
 }
 
 // basePolicy is small enough to reason about in a test: four calls at 50 %
@@ -95,11 +97,31 @@ func (h *harness) record(outcomes ...coordinator.Outcome) coordinator.Result {
 
 func (h *harness) recordCtx(ctx context.Context, outcomes ...coordinator.Outcome) coordinator.Result {
 	h.t.Helper()
-	res, err := h.c.Record(ctx, h.scope, h.p, outcomes)
+	return h.send(ctx, coordinator.RecordRequest{Outcomes: outcomes})
+}
+
+// recordBatch records outcomes as the batch of ID id.
+func (h *harness) recordBatch(id string, outcomes ...coordinator.Outcome) coordinator.Result {
+	h.t.Helper()
+	return h.send(h.t.Context(), coordinator.RecordRequest{Outcomes: outcomes, BatchID: id})
+}
+
+// send makes the Record q, of the harness's scope, policy and replica.
+func (h *harness) send(ctx context.Context, q coordinator.RecordRequest) coordinator.Result {
+	h.t.Helper()
+	q.Scope, q.Policy, q.Replica = h.scope, h.p, h.replica
+	res, err := h.c.Record(ctx, q)
 	if err != nil {
-		h.t.Fatalf("Record(%.40q, %v): %v", h.scope, outcomes, err)
+		h.t.Fatalf("Record(%.40q, %+v): %v", h.scope, q, err)
 	}
 	return res
+}
+
+// as returns a harness of the same scope that records as replica.
+func (h *harness) as(replica string) *harness {
+	o := *h
+	o.replica = replica
+	return &o
 }
 
 func (h *harness) settle(claim string, o coordinator.Outcome) coordinator.Result {

@@ -94,6 +94,23 @@ var rules = []struct {
 	{"SnapshotReadsTheStoredLayout", testSnapshotReadsTheStoredLayout},
 	{"AlternatingLayoutsNeverCountTwice", testAlternatingLayoutsNeverCountTwice},
 	{"TripOnReLaidCounts", testTripOnReLaidCounts},
+	// breadth.go
+	{"BreadthLoneReplicaIsItsOwnFleet", testBreadthLoneReplicaIsItsOwnFleet},
+	{"BreadthOneReplicaFailingAloneNeverTripsTheFleet", testBreadthOneReplicaFailingAloneNeverTripsTheFleet},
+	{"BreadthTripLeavesOutTheMostFailing", testBreadthTripLeavesOutTheMostFailing},
+	{"BreadthRunLeavesOutTheMostFailing", testBreadthRunLeavesOutTheMostFailing},
+	{"BreadthAnySuccessEndsTheRun", testBreadthAnySuccessEndsTheRun},
+	{"BreadthOthersHeardWithinTheWindow", testBreadthOthersHeardWithinTheWindow},
+	{"BreadthZeroKeepsThePlainRules", testBreadthZeroKeepsThePlainRules},
+	// outliers.go
+	{"OutlierIsToldAndLeavesTheWindow", testOutlierIsToldAndLeavesTheWindow},
+	{"OutlierByRatioAfterAHealthySpell", testOutlierByRatioAfterAHealthySpell},
+	{"OutlierNeedsAnotherReplica", testOutlierNeedsAnotherReplica},
+	{"OutlierOutcomesAreStaleWhileIsolated", testOutlierOutcomesAreStaleWhileIsolated},
+	{"OutlierProbeSuccessEndsTheSpell", testOutlierProbeSuccessEndsTheSpell},
+	{"OutlierProbeFailureDoublesThePeriod", testOutlierProbeFailureDoublesThePeriod},
+	{"FleetTripEndsEverySpell", testFleetTripEndsEverySpell},
+	{"OutlierTransitionsStayOffTheFeed", testOutlierTransitionsStayOffTheFeed},
 	// seenpolicies.go
 	{"RecordCarriesItsPolicy", testRecordCarriesItsPolicy},
 	{"SeenPoliciesNewestFirst", testSeenPoliciesNewestFirst},

@@ -11,7 +11,7 @@ import (
 )
 
 // Snapshot.Policies: every Record carries the policy it was called with,
-// and where that came from (coordinator.WithPolicySource). The coordinator
+// and where that came from (RecordRequest.Source). The coordinator
 // keeps, per scope, each distinct policy (by its fingerprint) with its
 // source and the time of the last Record that carried it, and a Snapshot
 // lists those of the last window (of the layout the window was written
@@ -29,7 +29,7 @@ func seen(p coordinator.Policy, source coordinator.PolicySource, at time.Time) c
 // recordFrom records outcomes under the harness's policy, from source.
 func (h *harness) recordFrom(source coordinator.PolicySource, outcomes ...coordinator.Outcome) coordinator.Result {
 	h.t.Helper()
-	return h.recordCtx(coordinator.WithPolicySource(h.t.Context(), source), outcomes...)
+	return h.send(h.t.Context(), coordinator.RecordRequest{Outcomes: outcomes, Source: source})
 }
 
 // wantPolicies checks the policies a Snapshot lists, times by instant.

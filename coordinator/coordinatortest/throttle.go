@@ -88,9 +88,8 @@ func testThrottledLeavesTheWindowAndGoesStale(t *testing.T, f Factory) {
 	h.advance(800 * time.Millisecond)
 	h.wantWindow("once the first bucket has left", h.record(throttled(gen)), 1, 1, 2)
 
-	ctx := coordinator.WithBatchID(t.Context(), "throttled-batch")
-	h.wantWindow("a batch", h.recordCtx(ctx, throttled(gen)), 1, 1, 3)
-	r := h.recordCtx(ctx, throttled(gen))
+	h.wantWindow("a batch", h.recordBatch("throttled-batch", throttled(gen)), 1, 1, 3)
+	r := h.recordBatch("throttled-batch", throttled(gen))
 	h.wantResult("the same batch again", r, closed, gen, 1)
 	h.wantWindow("the same batch again", r, 0, 0, 0)
 	r = h.record(throttled(gen-1), throttled(gen-1))

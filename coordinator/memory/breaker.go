@@ -82,6 +82,14 @@ type breaker struct {
 	// (seenpolicies.go).
 	policies map[string]seenPolicy
 
+	// replicas are the replicas that failed in the generation, reporters
+	// those that recorded lately, and epoch numbers the fleet's run of
+	// failures, so that a replica's share of an ended run reads as none
+	// (replicas.go).
+	replicas  map[string]*tracked
+	reporters []reporter
+	epoch     int64
+
 	// lapsed is the transition the current operation made before its own
 	// work (an isolation whose time had passed), reported by the
 	// operation unless it makes one of its own.
@@ -112,6 +120,14 @@ func (b *breaker) expired(now int64) bool {
 }
 
 func ms(d int64) time.Duration { return time.Duration(d) * time.Millisecond }
+
+// timeOf is the time of ms Unix milliseconds; 0 is the zero time (none).
+func timeOf(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
 
 func (b *breaker) transition(from coordinator.State, now int64, reason string) *coordinator.Transition {
 	t := &coordinator.Transition{
@@ -247,34 +263,85 @@ func (b *breaker) rememberBatch(id string) {
 	b.batches = append(b.batches, id)
 }
 
-func (b *breaker) record(r *rules, now int64, batch string, outcomes []coordinator.Outcome) coordinator.Result {
-	if (b.state != coordinator.StateClosed && b.state != coordinator.StateDisabled) || b.seenBatch(batch) {
-		return b.result(r, now, len(outcomes), nil)
+func (b *breaker) record(r *rules, now int64, q coordinator.RecordRequest) coordinator.Result {
+	outcomes := q.Outcomes
+	if (b.state != coordinator.StateClosed && b.state != coordinator.StateDisabled) || b.seenBatch(q.BatchID) {
+		res := b.result(r, now, len(outcomes), nil)
+		if t := b.replicas[q.Replica]; t != nil && r.p.Outliers > 0 && !b.dead(t, r, now) {
+			res.Outlier = t.outlier(now)
+		}
+		return res
+	}
+	var x *tracked
+	if r.p.Outliers > 0 {
+		x = b.replica(q.Replica, r, now)
 	}
 	var t *coordinator.Transition
-	stale, counted := 0, 0
-	for _, o := range outcomes {
-		if t != nil || o.Generation != b.gen {
+	stale, counted, start := 0, 0, 0
+	if x != nil && x.until != 0 {
+		// An outlier: its outcomes are stale while its period lasts, and
+		// the first one of the generation after it is its probe.
+		probe := slices.IndexFunc(outcomes, func(o coordinator.Outcome) bool { return o.Generation == b.gen && !o.Throttled })
+		if now < x.until || probe < 0 {
+			res := b.result(r, now, len(outcomes), nil)
+			res.Outlier = x.outlier(now)
+			return res
+		}
+		if o := outcomes[probe]; o.Failure || r.p.IsSlow(o.Duration) {
+			t = b.reisolate(x, r, now)
+			b.rememberBatch(q.BatchID)
+			res := b.result(r, now, len(outcomes)-1, t)
+			res.Outlier = x.outlier(now)
+			return res
+		}
+		t = b.forgive(x, now)
+		x, stale, start = nil, probe, probe
+	}
+	if slices.ContainsFunc(outcomes[start:], func(o coordinator.Outcome) bool { return o.Generation == b.gen }) {
+		// Counting: in the policy's layout, which the replicas heard are
+		// judged in too.
+		b.relay(r, now)
+		if x != nil && b.replicas[x.id] != x {
+			x = nil // re-laid with nothing left: it starts afresh
+		}
+		if r.p.Outliers > 0 {
+			b.heard(q.Replica, r, now)
+		}
+	}
+	done := false
+	for _, o := range outcomes[start:] {
+		if done || o.Generation != b.gen {
 			stale++
 			continue
 		}
 		counted++
 		b.add(r, now, o)
 		// A throttled request is no call: the rules read nothing it changed.
-		if b.state == coordinator.StateDisabled || o.Throttled {
+		if o.Throttled {
+			continue
+		}
+		if r.p.Outliers > 0 {
+			x = b.attribute(x, q.Replica, r, now, o)
+		}
+		if b.state == coordinator.StateDisabled {
 			continue
 		}
 		if reason := b.tripReason(r, now); reason != "" {
 			calls, failures, slow := b.counts(r, now)
 			b.open(r.openFor, now)
 			b.tripped(now, reason, calls, failures, slow)
-			t = b.transition(coordinator.StateClosed, now, reason)
+			t, x, done = b.transition(coordinator.StateClosed, now, reason), nil, true
+		} else if x != nil {
+			if reason := b.ownReason(x, r, now); reason != "" {
+				t, done = b.isolate(x, r, now, reason), true
+			}
 		}
 	}
 	res := b.result(r, now, stale, t)
+	res.Outlier = x.outlier(now)
 	if counted > 0 {
-		b.rememberBatch(batch)
-		if t == nil {
+		b.rememberBatch(q.BatchID)
+		if b.state == coordinator.StateClosed || b.state == coordinator.StateDisabled {
 			res.Calls, res.Failures, res.Slow = b.counts(r, now)
 			res.Throttled = b.throttled(r, now)
 		}
@@ -285,10 +352,18 @@ func (b *breaker) record(r *rules, now int64, batch string, outcomes []coordinat
 func (b *breaker) add(r *rules, now int64, o coordinator.Outcome) {
 	b.relay(r, now)
 	idx := now / r.width
+	gone := len(b.window) > 0
 	for i := range b.window {
 		if i <= idx-r.buckets {
 			delete(b.window, i)
+		} else {
+			gone = false
 		}
+	}
+	if gone {
+		// Every bucket has left the window, which starts afresh: the
+		// replicas dead in it stay dead.
+		b.dropDead(r, now)
 	}
 	if b.window == nil {
 		b.window = make(map[int64]*bucket, r.buckets)
@@ -308,6 +383,9 @@ func (b *breaker) add(r *rules, now int64, o coordinator.Outcome) {
 		bk.failures++
 		b.consec++
 	} else {
+		if b.consec > 0 {
+			b.epoch++
+		}
 		b.consec = 0
 	}
 	if r.p.IsSlow(o.Duration) {
@@ -324,26 +402,6 @@ func (b *breaker) counts(r *rules, now int64) (calls, failures, slow int) {
 // throttled sums the throttled requests of the live buckets.
 func (b *breaker) throttled(r *rules, now int64) int {
 	return b.live(r, now).throttled
-}
-
-// tripReason says which rule holds, checked in the order consecutive
-// failures, failure ratio, slow-call ratio; "" when none does.
-func (b *breaker) tripReason(r *rules, now int64) string {
-	if r.consecutive > 0 && b.consec >= r.consecutive {
-		return fmt.Sprintf("consecutive failures %d >= %d", b.consec, r.consecutive)
-	}
-	calls, failures, slow := b.counts(r, now)
-	if calls < r.calls {
-		return ""
-	}
-	// integer math: 0.5 must trip at exactly 2 of 4
-	if r.failPm > 0 && failures*1000 >= r.failPm*calls {
-		return fmt.Sprintf("failures %d/%d >= %s", failures, calls, percent(r.failPm))
-	}
-	if r.slowPm > 0 && slow*1000 >= r.slowPm*calls {
-		return fmt.Sprintf("slow calls %d/%d >= %s", slow, calls, percent(r.slowPm))
-	}
-	return ""
 }
 
 func percent(pm int) string {
@@ -364,6 +422,7 @@ func (b *breaker) restart(state coordinator.State, now int64) {
 	b.consec, b.successes = 0, 0
 	b.window, b.leases = nil, nil
 	b.width, b.buckets = 0, 0
+	b.replicas, b.reporters, b.epoch = nil, nil, 0
 	b.recoveredAt = 0
 }
 
@@ -450,6 +509,7 @@ func (b *breaker) snapshot(r *rules, scope string, now int64) coordinator.Snapsh
 		s.Operator, s.ForcedAt = b.note, time.UnixMilli(b.forcedAt)
 	}
 	s.LastTrip = b.lastTrip
+	s.Outliers = b.outliers(r, now)
 	for _, deadline := range b.leases {
 		if deadline > now {
 			s.ProbesInFlight++

@@ -27,7 +27,7 @@ func TestHalfOpenConcurrentCallersNeverHoldMoreThanProbes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, err := c.Record(ctx, "busy", p, []coordinator.Outcome{{Generation: d.Generation, Failure: true}}); err != nil || r.Transition == nil {
+	if r, err := c.Record(ctx, coordinator.RecordRequest{Scope: "busy", Policy: p, Outcomes: []coordinator.Outcome{{Generation: d.Generation, Failure: true}}}); err != nil || r.Transition == nil {
 		t.Fatalf("Record of a failure: %+v, %v; want a trip", r, err)
 	}
 	clk.Advance(p.OpenFor)

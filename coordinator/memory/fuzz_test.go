@@ -178,10 +178,11 @@ func (m *fuzzModel) step(op, arg byte) {
 		case 3:
 			outcomes[0].Generation++
 		}
+		var batch string
 		if op%7 == 6 {
-			ctx = coordinator.WithBatchID(ctx, fmt.Sprintf("b%d", arg%4))
+			batch = fmt.Sprintf("b%d", arg%4)
 		}
-		m.record(ctx, outcomes)
+		m.record(ctx, batch, outcomes)
 	case 4:
 		if len(m.claims) == 0 {
 			return
@@ -264,10 +265,10 @@ func (m *fuzzModel) admit(ctx context.Context, claim string) {
 	m.answered("Admit", d.Generation)
 }
 
-func (m *fuzzModel) record(ctx context.Context, outcomes []coordinator.Outcome) {
+func (m *fuzzModel) record(ctx context.Context, batch string, outcomes []coordinator.Outcome) {
 	m.t.Helper()
 	m.write(coordinator.Seen(ctx, outcomes...))
-	res, err := m.c.Record(ctx, "fuzz", m.p, outcomes)
+	res, err := m.c.Record(ctx, coordinator.RecordRequest{Scope: "fuzz", Policy: m.p, Outcomes: outcomes, BatchID: batch})
 	m.note("record %v -> %+v", outcomes, res)
 	if err != nil {
 		m.failf("Record: %v", err)

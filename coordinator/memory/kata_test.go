@@ -47,7 +47,7 @@ func TestKata(t *testing.T) {
 	recordClosed := func(sec int, failure bool) coordinator.Result {
 		t.Helper()
 		d := allow(sec, "")
-		res, err := c.Record(ctx, scope, p, []coordinator.Outcome{{Generation: d.Generation, Failure: failure}})
+		res, err := c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: []coordinator.Outcome{{Generation: d.Generation, Failure: failure}}})
 		if err != nil {
 			t.Fatalf("record(%v, %d): %v", !failure, sec, err)
 		}

@@ -27,26 +27,37 @@ func (b *breaker) relay(r *rules, now int64) {
 		return
 	}
 	if b.width != 0 {
-		idx0, idx := now/b.width, now/r.width
-		into := make(map[int64]*bucket)
-		for i, bk := range b.window {
-			j := min((i+1)*b.width-1, now) / r.width
-			if i <= idx0-b.buckets || i > idx0 || j <= idx-r.buckets {
-				continue
-			}
-			sum := into[j]
-			if sum == nil {
-				sum = &bucket{}
-				into[j] = sum
-			}
-			sum.calls += bk.calls
-			sum.failures += bk.failures
-			sum.slow += bk.slow
-			sum.throttled += bk.throttled
+		b.window = b.relaid(b.window, r, now)
+		for _, t := range b.replicas {
+			t.window = b.relaid(t.window, r, now)
 		}
-		b.window = into
 	}
 	b.width, b.buckets = r.width, r.buckets
+	// The window starts afresh in the new layout: the replicas dead in it
+	// stay dead.
+	b.dropDead(r, now)
+}
+
+// relaid is window, written with the breaker's layout, re-laid into r's.
+func (b *breaker) relaid(window map[int64]*bucket, r *rules, now int64) map[int64]*bucket {
+	idx0, idx := now/b.width, now/r.width
+	into := make(map[int64]*bucket)
+	for i, bk := range window {
+		j := min((i+1)*b.width-1, now) / r.width
+		if i <= idx0-b.buckets || i > idx0 || j <= idx-r.buckets {
+			continue
+		}
+		sum := into[j]
+		if sum == nil {
+			sum = &bucket{}
+			into[j] = sum
+		}
+		sum.calls += bk.calls
+		sum.failures += bk.failures
+		sum.slow += bk.slow
+		sum.throttled += bk.throttled
+	}
+	return into
 }
 
 // live sums the buckets live at now, read with the window's layout.

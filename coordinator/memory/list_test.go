@@ -28,7 +28,7 @@ func TestList(t *testing.T) {
 			}
 			outcomes = append(outcomes, coordinator.Outcome{Generation: d.Generation, Failure: f})
 		}
-		if _, err := c.Record(ctx, scope, p, outcomes); err != nil {
+		if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: outcomes}); err != nil {
 			t.Fatal(err)
 		}
 	}

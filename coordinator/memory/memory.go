@@ -74,7 +74,9 @@ func (c *Coordinator) op(ctx context.Context, name, scope string, p coordinator.
 		if b.lapsed = b.lapse(r, now); b.lapsed != nil {
 			c.publish(b.lapsed)
 		}
-		if t := f(b, r, now); t != nil && t != b.lapsed {
+		// A replica's own transition is the replica's business: the feed
+		// carries the scope's.
+		if t := f(b, r, now); t != nil && t != b.lapsed && t.Replica == "" {
 			c.publish(t)
 		}
 		b.lapsed = nil
@@ -132,14 +134,13 @@ func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Pol
 }
 
 // Record implements [coordinator.Coordinator].
-func (c *Coordinator) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
+func (c *Coordinator) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
 	var res coordinator.Result
-	batch := coordinator.BatchID(ctx)
-	fp, source := p.Fingerprint(), coordinator.PolicySourceOf(ctx)
-	err := c.op(ctx, "record", scope, p, coordinator.Seen(ctx, outcomes...), func(b *breaker, r *rules, now int64) *coordinator.Transition {
-		b.carry(r, now, fp, source)
-		res = b.record(r, now, batch, outcomes)
-		res.PolicyVersion = c.policyVersion(scope)
+	fp := q.Policy.Fingerprint()
+	err := c.op(ctx, "record", q.Scope, q.Policy, coordinator.Seen(ctx, q.Outcomes...), func(b *breaker, r *rules, now int64) *coordinator.Transition {
+		b.carry(r, now, fp, q.Source)
+		res = b.record(r, now, q)
+		res.PolicyVersion = c.policyVersion(q.Scope)
 		return res.Transition
 	})
 	return res, err

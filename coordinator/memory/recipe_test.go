@@ -41,7 +41,7 @@ func (r *recipeBreaker) record(failures ...bool) coordinator.Result {
 		d := r.admit(fmt.Sprint("call-", i))
 		outcomes = append(outcomes, coordinator.Outcome{Generation: d.Generation, Failure: f})
 	}
-	res, err := r.c.Record(context.Background(), "recipe", recipe(), outcomes)
+	res, err := r.c.Record(context.Background(), coordinator.RecordRequest{Scope: "recipe", Policy: recipe(), Outcomes: outcomes})
 	if err != nil {
 		r.t.Fatal(err)
 	}

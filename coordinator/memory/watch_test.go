@@ -22,7 +22,7 @@ func flap(t *testing.T, c *memory.Coordinator, clk *coordinatortest.Clock, scope
 	t.Helper()
 	ctx := context.Background()
 	d, _ := c.Admit(ctx, scope, flapPolicy, "call")
-	if r, _ := c.Record(ctx, scope, flapPolicy, []coordinator.Outcome{{Generation: d.Generation, Failure: true}}); r.Transition == nil {
+	if r, _ := c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: flapPolicy, Outcomes: []coordinator.Outcome{{Generation: d.Generation, Failure: true}}}); r.Transition == nil {
 		t.Fatalf("no trip: %+v", r)
 	}
 	clk.Advance(time.Millisecond)

@@ -83,7 +83,7 @@ func BenchmarkAdmitClosed(b *testing.B) {
 	rdb := redistest.Start(b).Client(b)
 	c := New(rdb)
 	p := benchPolicy(10)
-	if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: birth(b, c, p)}}); err != nil {
+	if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: birth(b, c, p)}}}); err != nil {
 		b.Fatal(err)
 	}
 	measure(b, rdb, func(i int) {
@@ -111,11 +111,11 @@ func BenchmarkRecord(b *testing.B) {
 				}
 				for i := range buckets {
 					clock.Advance(p.BucketWidth())
-					c.Record(coordinator.WithBatchID(ctx, fmt.Sprint("warm", i)), "s", p, outcomes)
+					c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: outcomes, BatchID: fmt.Sprint("warm", i)})
 				}
 				measure(b, rdb, func(i int) {
 					clock.Advance(p.BucketWidth())
-					res, err := c.Record(coordinator.WithBatchID(ctx, strconv.Itoa(i)), "s", p, outcomes)
+					res, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: outcomes, BatchID: strconv.Itoa(i)})
 					if err != nil || res.Stale != 0 {
 						b.Fatal(res, err)
 					}
@@ -141,7 +141,7 @@ func BenchmarkRecordSteady(b *testing.B) {
 	}
 	measure(b, rdb, func(i int) {
 		clock.Advance(time.Second)
-		res, err := c.Record(coordinator.WithBatchID(ctx, strconv.Itoa(i)), "s", p, outcomes)
+		res, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: outcomes, BatchID: strconv.Itoa(i)})
 		if err != nil || res.Stale != 0 {
 			b.Fatal(res, err)
 		}
@@ -208,10 +208,10 @@ func halfOpen(b *testing.B, c *Coordinator, p coordinator.Policy, clock *coordin
 		oks[i].Generation = gen
 		fails[i] = coordinator.Outcome{Generation: gen, Failure: true}
 	}
-	if _, err := c.Record(ctx, "s", p, oks); err != nil {
+	if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: oks}); err != nil {
 		b.Fatal(err)
 	}
-	if res, err := c.Record(ctx, "s", p, fails); err != nil || res.State != coordinator.StateOpen {
+	if res, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: fails}); err != nil || res.State != coordinator.StateOpen {
 		b.Fatal(res, err)
 	}
 	clock.Advance(p.OpenFor)

@@ -59,8 +59,7 @@ func TestCluster(t *testing.T) {
 				t.Fatal(err)
 			}
 			g := d.Generation
-			batch := coordinator.WithBatchID(ctx, "b1")
-			res, err := c.Record(batch, scope, p, []coordinator.Outcome{{Generation: g}, {Generation: g, Failure: true}, {Generation: g}, {Generation: g, Failure: true}})
+			res, err := c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: []coordinator.Outcome{{Generation: g}, {Generation: g, Failure: true}, {Generation: g}, {Generation: g, Failure: true}}, BatchID: "b1"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -37,8 +37,7 @@ func TestManualStatesNeverExpire(t *testing.T) {
 			}
 		}
 	}
-	batch := coordinator.WithBatchID(ctx, "b1")
-	if _, err := c.Record(batch, "s", p, []coordinator.Outcome{{Generation: born(t, c, "s", p)}}); err != nil {
+	if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: born(t, c, "s", p)}}, BatchID: "b1"}); err != nil {
 		t.Fatal(err)
 	}
 	ttls("closed", false)
@@ -47,7 +46,7 @@ func TestManualStatesNeverExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	ttls("disabled", true)
-	if _, err := c.Record(coordinator.WithBatchID(ctx, "b2"), "s", p, failures(res.Generation, 5)); err != nil {
+	if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: failures(res.Generation, 5), BatchID: "b2"}); err != nil {
 		t.Fatal(err)
 	}
 	ttls("disabled, after Record", true)
@@ -128,8 +127,8 @@ func testList(t *testing.T, rdb goredis.UniversalClient) {
 	must(c.Admit(ctx, "forgotten", p, "c"))
 	clk.Advance(p.Window)
 	gen := born(t, c, "closed", p)
-	must(c.Record(ctx, "closed", p, []coordinator.Outcome{{Generation: gen}, {Generation: gen, Failure: true}}))
-	must(c.Record(ctx, "open {x}", p, failures(born(t, c, "open {x}", p), 2)))
+	must(c.Record(ctx, coordinator.RecordRequest{Scope: "closed", Policy: p, Outcomes: []coordinator.Outcome{{Generation: gen}, {Generation: gen, Failure: true}}}))
+	must(c.Record(ctx, coordinator.RecordRequest{Scope: "open {x}", Policy: p, Outcomes: failures(born(t, c, "open {x}", p), 2)}))
 	must(c.Isolate(ctx, "isolated", p, note))
 	must(c.Disable(ctx, "disabled", p, note))
 	must(other.Isolate(ctx, "elsewhere", p, note))
@@ -137,7 +136,7 @@ func testList(t *testing.T, rdb goredis.UniversalClient) {
 	for i := range 50 {
 		s := fmt.Sprintf("svc-%02d/pkg.Service/Method", i)
 		many = append(many, s)
-		must(c.Record(ctx, s, p, failures(born(t, c, s, p), 2)))
+		must(c.Record(ctx, coordinator.RecordRequest{Scope: s, Policy: p, Outcomes: failures(born(t, c, s, p), 2)}))
 	}
 
 	list, err := c.List(ctx, p)

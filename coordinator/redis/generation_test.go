@@ -83,13 +83,13 @@ func TestLostStateRestartsAboveTheWindowLabel(t *testing.T) {
 
 	first := born(t, a, "s", p)
 	minted(t, "birth", &gens, first)
-	if _, err := a.Record(ctx, "s", p, failures(first, 2)); err != nil {
+	if _, err := a.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: failures(first, 2)}); err != nil {
 		t.Fatal(err)
 	}
 	if label := loseState(t, rdb); label != first {
 		t.Fatalf("window label %d; want the generation of its buckets, %d", label, first)
 	}
-	res, err := b.Record(ctx, "s", p, failures(first, 3))
+	res, err := b.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: failures(first, 3)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestLostStateRestartsAboveTheWindowLabel(t *testing.T) {
 	}
 
 	// An open breaker lost restarts closed, above its open generation.
-	res, err = b.Record(ctx, "s", p, failures(res.Generation, 3))
+	res, err = b.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: failures(res.Generation, 3)})
 	if err != nil || res.State != coordinator.StateOpen {
 		t.Fatalf("tripping: %+v, %v", res, err)
 	}
@@ -187,7 +187,7 @@ func TestIdleClosedScopeExpiresAndIsBornAgain(t *testing.T) {
 	p := tripPolicy()
 	p.Window, p.Buckets = 200*time.Millisecond, 4
 	old := born(t, c, "s", p)
-	if _, err := c.Record(coordinator.WithBatchID(ctx, "b1"), "s", p, []coordinator.Outcome{{Generation: old}}); err != nil {
+	if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: old}}, BatchID: "b1"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(scopeKeys(t, rdb, cbredis.DefaultPrefix)); n != 2 {
@@ -201,7 +201,7 @@ func TestIdleClosedScopeExpiresAndIsBornAgain(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	before := time.Now()
-	res, err := c.Record(ctx, "s", p, failures(old, 3))
+	res, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: failures(old, 3)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func BenchmarkIdleServer(b *testing.B) {
 			outcomes[i].Generation = gen
 		}
 		b.ReportMetric(idle(b, admin, b.N, func(ctx context.Context, i int) error {
-			_, err := c.Record(coordinator.WithBatchID(ctx, "replica-"+strconv.Itoa(i)), "s", p, outcomes)
+			_, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: outcomes, BatchID: "replica-" + strconv.Itoa(i)})
 			return err
 		}), "redis-cpu-µs/record")
 	})

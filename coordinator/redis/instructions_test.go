@@ -61,19 +61,28 @@ func BenchmarkInstructions(b *testing.B) {
 			}
 		})
 	})
-	b.Run("record", func(b *testing.B) {
-		count(b, func(_ *goredis.Client, c *Coordinator) func(context.Context, int) error {
-			outcomes := make([]coordinator.Outcome, 500)
-			gen := birth(b, c, p)
-			for i := range outcomes {
-				outcomes[i].Generation = gen
-			}
-			return func(ctx context.Context, i int) error {
-				_, err := c.Record(coordinator.WithBatchID(ctx, "replica-"+strconv.Itoa(i)), "s", p, outcomes)
-				return err
-			}
+	// A calm Record: of one replica, and of a fleet, each from the next of
+	// 16 replicas, as the scale figure's fleet sends them.
+	for _, fleet := range []int{1, 16} {
+		name := "record"
+		if fleet > 1 {
+			name = "record-fleet"
+		}
+		b.Run(name, func(b *testing.B) {
+			count(b, func(_ *goredis.Client, c *Coordinator) func(context.Context, int) error {
+				outcomes := make([]coordinator.Outcome, 500)
+				gen := birth(b, c, p)
+				for i := range outcomes {
+					outcomes[i].Generation = gen
+				}
+				return func(ctx context.Context, i int) error {
+					_, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: outcomes,
+						Replica: "pod-" + strconv.Itoa(i%fleet), BatchID: "batch-" + strconv.Itoa(i)})
+					return err
+				}
+			})
 		})
-	})
+	}
 	b.Run("heartbeat", func(b *testing.B) {
 		count(b, func(rdb *goredis.Client, c *Coordinator) func(context.Context, int) error {
 			channel := DefaultPrefix + layout + ":{fleet}:heartbeat:bench"

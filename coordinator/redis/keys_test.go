@@ -76,7 +76,7 @@ func TestKeysLiveUnderTheLayoutVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Record(coordinator.WithBatchID(ctx, "b"), "s", p, []coordinator.Outcome{{Generation: d.Generation, Failure: true}}); err != nil {
+	if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: d.Generation, Failure: true}}, BatchID: "b"}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(p.OpenFor)

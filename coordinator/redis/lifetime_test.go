@@ -37,7 +37,7 @@ func TestClosedKeysOutliveTheirState(t *testing.T) {
 				}
 			}
 		}
-		res, err := c.Record(coordinator.WithBatchID(ctx, fmt.Sprint("b", i)), "s", p, []coordinator.Outcome{{Generation: gen}})
+		res, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: gen}}, BatchID: fmt.Sprint("b", i)})
 		if err != nil || res.State != coordinator.StateClosed {
 			t.Fatalf("Record %d: %+v, %v", i, res, err)
 		}

@@ -46,12 +46,15 @@ end
 -- buckets, the fields of buckets that have left it, and whether it is
 -- labelled with s's generation at all (if not, its buckets count for
 -- nothing); throttled, the throttled requests of the live buckets; width
--- and buckets, the layout. A window that stores no layout (written
+-- and buckets, the layout; replicas, the raw fields of its replicas by
+-- ID (replicas.lua). A window that stores no layout (written
 -- before layouts were, or with nothing counted) is read with the
 -- caller's, WIDTH and BUCKETS.
+local REPLICA_PREFIX = 'replica:' -- the window's fields of replicas (replicas.lua)
+
 local function window(s)
   local w = {current = counts(), others = counts(), dead = {}, labelled = false, throttled = 0,
-    width = WIDTH, buckets = BUCKETS}
+    width = WIDTH, buckets = BUCKETS, replicas = {}}
   local raw = redis.call('HGETALL', KEY_WINDOW)
   for i = 1, #raw, 2 do
     if raw[i] == 'width' then
@@ -67,6 +70,8 @@ local function window(s)
       local t = throttled_index(raw[i])
       if raw[i] == 'generation' then
         w.labelled = raw[i + 1] == int(s.generation)
+      elseif string.sub(raw[i], 1, #REPLICA_PREFIX) == REPLICA_PREFIX then
+        w.replicas[string.sub(raw[i], #REPLICA_PREFIX + 1)] = raw[i + 1]
       elseif t and t > current - w.buckets and t <= current then
         w.throttled = w.throttled + tonumber(raw[i + 1])
       end
@@ -83,7 +88,7 @@ local function window(s)
   end
   if not w.labelled then
     return {current = counts(), others = counts(), dead = {}, labelled = false, throttled = 0,
-      width = WIDTH, buckets = BUCKETS}
+      width = WIDTH, buckets = BUCKETS, replicas = {}}
   end
   return w
 end

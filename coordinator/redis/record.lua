@@ -7,13 +7,14 @@
 --   remember, 15 the fingerprint of the Record's policy
 --   (Policy.Fingerprint), 16 its source (coordinator.PolicySource, decimal),
 --   17 its encoding (Policy.Encode), 18 how many policies to remember
---   (coordinator.RecentPolicies), then from 19 on three values per run of
---   equal outcomes, in order: their generation (decimal), flags (1 =
+--   (coordinator.RecentPolicies), 19 the replica (RecordRequest.Replica),
+--   20 outliers (Policy.Outliers; 0 = the plain rules), 21 max open for
+--   ms (0 = no back-off), 22 how many replicas to track
+--   (coordinator.TrackedReplicas), then from 23 on three values per run
+--   of equal outcomes, in order: their generation (decimal), flags (1 =
 --   failure, 2 = slow, 3 = both, 4 = throttled: a request the caller
 --   rejected itself, no call) and how many
--- Reply: see reply in lib.lua, then the number of stale outcomes; after a
---   Record that counted outcomes and did not trip, then the window's
---   calls, failures, slow calls and throttled requests.
+-- Reply: see reply in lib.lua, then what answer_record says.
 --
 -- Every Record carries its policy (Snapshot.Policies), stale or not,
 -- whatever the breaker's state, once begin has the scope born: the
@@ -33,7 +34,26 @@ local FINGERPRINT = ARGV[15]
 local SOURCE = ARGV[16]
 local ENCODING = ARGV[17]
 local RECENT_POLICIES = tonumber(ARGV[18])
-local OUTCOMES = 19 -- the first outcome's ARGV
+local REPLICA = ARGV[19]
+local OUTLIERS = tonumber(ARGV[20])
+local OUTCOMES = 23 -- the first outcome's ARGV
+
+local REPLICA_FIELD = REPLICA_PREFIX .. REPLICA
+local IDX_S, WIDTH_S = int(IDX), int(WIDTH)
+
+-- The replicas (replicas.lua): MOD, the module, and R, the replica's
+-- rules (mod.rules), are made only when this Record needs them: the
+-- replica has an entry, or a failure or slow call to attribute, or the
+-- window holds entries to judge or to re-lay. Without R the replica has
+-- no entry, the window none worth leaving out, and the plain rules
+-- decide.
+local MOD, R = false, false
+local function mod()
+  if not MOD then
+    MOD = replicas_module()
+  end
+  return MOD
+end
 
 WITH_BATCHES = true
 local s = begin(stored())
@@ -56,14 +76,19 @@ if (s.state ~= CLOSED and s.state ~= DISABLED)
   for i = OUTCOMES + 2, #ARGV, 3 do
     n = n + tonumber(ARGV[i])
   end
-  return reply(s, false, nil, n)
-end
-
-local function percent(pm)
-  if pm % 10 == 0 then
-    return string.format('%d%%', pm / 10)
+  if OUTLIERS > 0 and not s.newborn then
+    -- A retried batch: the answer still says whether the replica is an
+    -- outlier.
+    local v = redis.call('HMGET', KEY_WINDOW, 'generation', 'width', 'buckets', REPLICA_FIELD)
+    if v[1] == int(s.generation) and v[4] then
+      local codec = mod().codec()
+      local e = codec.parse(REPLICA, v[4])
+      if e.till ~= 0 and not codec.dead(e, NOW, tonumber(v[2] or WIDTH), tonumber(v[3] or BUCKETS)) then
+        return MOD.answer(s, false, n, {x = e})
+      end
+    end
   end
-  return string.format('%d.%d%%', math.floor(pm / 10), pm % 10)
+  return reply(s, false, nil, n, -1, 0, 0, 0)
 end
 
 -- The window keeps running totals of its live buckets beside them, and
@@ -102,9 +127,15 @@ local function parse(v)
   return tonumber(c), tonumber(f), tonumber(sl)
 end
 
+
 -- relaid: the fields of the re-laid buckets other than the current one,
--- written after the save that starts the window afresh.
+-- written after the save that starts the window afresh; and of the
+-- buckets an outlier's counts left; by field.
 local relaid = {}
+-- adopt: the window's fields and the re-laying of its buckets, when the
+-- window starts afresh within its generation, for R to take its entries
+-- from (false: it does not).
+local adopt, adopt_target = false, false
 
 -- relay re-lays a window written with layout width0 x buckets0 into this
 -- Record's, by time: the counts of each bucket live under the old layout
@@ -113,7 +144,8 @@ local relaid = {}
 -- when this layout says, even while replicas of two layouts alternate;
 -- counts that lie wholly before this layout's window have left it. Nothing
 -- is counted twice. It sets the current bucket's counts, the others'
--- totals and the throttled requests, and fills relaid.
+-- totals and the throttled requests, and fills relaid; the replicas'
+-- own buckets are re-laid alike (adopt).
 local function relay(width0, buckets0)
   local idx0 = math.floor(NOW / width0)
   local function target(i)
@@ -136,12 +168,13 @@ local function relay(width0, buckets0)
       thr[j] = (thr[j] or 0) + tonumber(raw[k + 1])
     end
   end
+  adopt, adopt_target = raw, target
   for j, b in pairs(into) do
     if j == IDX then
       calls, failures, slow = b[1], b[2], b[3]
     else
       other_calls, other_failures, other_slow = other_calls + b[1], other_failures + b[2], other_slow + b[3]
-      relaid[#relaid + 1], relaid[#relaid + 2] = int(j), string.format('%d %d %d', b[1], b[2], b[3])
+      relaid[int(j)] = string.format('%d %d %d', b[1], b[2], b[3])
     end
   end
   for j, n in pairs(thr) do
@@ -150,19 +183,39 @@ local function relay(width0, buckets0)
       throttled = n
     else
       other_throttled = other_throttled + n
-      relaid[#relaid + 1], relaid[#relaid + 2] = 'throttled:' .. int(j), int(n)
+      relaid['throttled:' .. int(j)] = int(n)
     end
   end
 end
 
+-- The replicas as stored (replicas.lua), read as little as a Record
+-- needs: raw, the replicas field (false: none); epoch from it, once
+-- needed (false until then); reporters, the list it holds, once parsed
+-- (false until then); the replica's own entry and the layout it was
+-- written with. counts_changed: write tracked or epoch; heard_changed:
+-- write the reporters.
+local raw, epoch, tracked, reporters = false, false, 0, false
+local own_raw, own_width, own_buckets = false, WIDTH, BUCKETS
+local counts_changed, heard_changed = false, false
+
 if not s.newborn then
-  local v = redis.call('HMGET', KEY_WINDOW, 'generation', 'head', 'calls', 'failures', 'slow', int(IDX),
-    'throttled', 'throttled_head', 'throttled:' .. int(IDX), 'width', 'buckets')
+  local v
+  if OUTLIERS > 0 then
+    v = redis.call('HMGET', KEY_WINDOW, 'generation', 'head', 'calls', 'failures', 'slow', IDX_S,
+      'throttled', 'throttled_head', 'throttled:' .. IDX_S, 'width', 'buckets', 'replicas', REPLICA_FIELD)
+  else
+    v = redis.call('HMGET', KEY_WINDOW, 'generation', 'head', 'calls', 'failures', 'slow', IDX_S,
+      'throttled', 'throttled_head', 'throttled:' .. IDX_S, 'width', 'buckets', 'replicas')
+  end
   if v[1] == int(s.generation) then
     relabel = false
     tv = v
     head = tonumber(v[2])
-    laid = v[10] == int(WIDTH) and v[11] == int(BUCKETS)
+    laid = v[10] == WIDTH_S and v[11] == int(BUCKETS)
+    raw = v[12] or false
+    if v[13] then
+      own_raw, own_width, own_buckets = v[13], tonumber(v[10] or WIDTH), tonumber(v[11] or BUCKETS)
+    end
     if v[10] and not laid then
       -- Written with another layout: re-laid into this one, in a window
       -- started afresh. A window with no layout stored was written with
@@ -177,7 +230,8 @@ if not s.newborn then
       other_calls, other_failures, other_slow = w.others.calls, w.others.failures, w.others.slow
       head = IDX
     elseif IDX - head >= BUCKETS then
-      -- Every bucket has left the window.
+      -- Every bucket has left the window; the replicas stay.
+      adopt = redis.call('HGETALL', KEY_WINDOW)
       relabel, head = true, IDX
     else
       local total_calls, total_failures, total_slow = tonumber(v[3]), tonumber(v[4]), tonumber(v[5])
@@ -216,13 +270,56 @@ if not relabel and tv and tv[8] then
   other_throttled = total - throttled
 end
 local consecutive = s.consecutive_failures
+local generation = int(s.generation)
 
-local function trip_reason()
-  if s.state == DISABLED then
-    return false
+-- The first run this Record counts, whether one is of its generation
+-- (the replica is heard), and whether one is a failure or slow.
+local first, current, bad = OUTCOMES, false, false
+for i = OUTCOMES, #ARGV, 3 do
+  if ARGV[i] == generation then
+    current, bad = true, bad or (ARGV[i + 1] ~= '0' and ARGV[i + 1] ~= '4')
   end
+end
+if raw and string.sub(raw, 1, 2) ~= '0 ' then
+  tracked = tonumber(string.match(raw, '^(%d+)'))
+end
+-- J is R when the policy judges the replicas: a Record under the plain
+-- rules (Outliers 0) attributes nothing and finds no outlier, but keeps
+-- the replicas when it starts the window afresh.
+local J = false
+if (OUTLIERS > 0 and (own_raw or tracked > 0 or bad)) or (adopt and raw) then
+  epoch = tonumber(string.match(raw or '0 0', '^%d+ (%d+)'))
+  reporters = mod().reporters(raw)
+  R = MOD.rules({NOW = NOW, IDX = IDX, FROM = IDX - BUCKETS + 1, WIDTH = WIDTH, BUCKETS = BUCKETS,
+    KEY_WINDOW = KEY_WINDOW, REPLICA = REPLICA, OUTLIERS = OUTLIERS, TRACKED_REPLICAS = tonumber(ARGV[22]),
+    MIN_CALLS = MIN_CALLS, FAILURE_PERMILLE = FAILURE_PERMILLE, SLOW_PERMILLE = SLOW_PERMILLE,
+    CONSECUTIVE_FAILURES = CONSECUTIVE_FAILURES, OPEN_FOR = OPEN_FOR, MAX_OPEN_FOR = tonumber(ARGV[21]),
+    tracked = tracked, reporters = reporters, relaid = relaid, parse = parse})
+  if own_raw then
+    R.own(own_raw, own_width, own_buckets)
+  end
+  if adopt then
+    R.adopt(adopt, adopt_target)
+  end
+  J = OUTLIERS > 0 and R
+end
+
+-- plain says why rule holds with n of of on the counts as they are.
+local function plain(rule, n, of)
+  return mod().reason_of({CONSECUTIVE_FAILURES = CONSECUTIVE_FAILURES, FAILURE_PERMILLE = FAILURE_PERMILLE,
+    SLOW_PERMILLE = SLOW_PERMILLE}, rule, n, of, '')
+end
+
+-- trip_reason says which rule holds for the fleet, checked in the order
+-- consecutive failures, failure ratio, slow-call ratio; false when none
+-- does. With R a rule holds only if it holds as well without the
+-- replicas R leaves out, and the reason gives the counts without them.
+local function trip_reason()
   if CONSECUTIVE_FAILURES > 0 and consecutive >= CONSECUTIVE_FAILURES then
-    return string.format('consecutive failures %d >= %d', consecutive, CONSECUTIVE_FAILURES)
+    local reason = (J and J.broad('run', consecutive, 0, epoch)) or (not J and plain('run', consecutive, 0))
+    if reason then
+      return reason
+    end
   end
   local all = other_calls + calls
   if all < MIN_CALLS then
@@ -231,10 +328,13 @@ local function trip_reason()
   local failed, slowed = other_failures + failures, other_slow + slow
   -- integer math: 0.5 must trip at exactly 2 of 4
   if FAILURE_PERMILLE > 0 and failed * 1000 >= FAILURE_PERMILLE * all then
-    return string.format('failures %d/%d >= %s', failed, all, percent(FAILURE_PERMILLE))
+    local reason = (J and J.broad('failures', failed, all, epoch)) or (not J and plain('failures', failed, all))
+    if reason then
+      return reason
+    end
   end
   if SLOW_PERMILLE > 0 and slowed * 1000 >= SLOW_PERMILLE * all then
-    return string.format('slow calls %d/%d >= %s', slowed, all, percent(SLOW_PERMILLE))
+    return (J and J.broad('slow', slowed, all, epoch)) or (not J and plain('slow', slowed, all))
   end
   return false
 end
@@ -249,55 +349,192 @@ if BATCH ~= '' then
   s.batches, s.batch_count, s.batches_changed = batches, batch_count, true
 end
 
-local generation = int(s.generation)
 local stale, counted = 0, 0
 local tr = false
 
--- check trips the breaker if a rule holds.
+if J and J.x and J.x.till ~= 0 then
+  -- An outlier: its outcomes are stale while its period lasts, and the
+  -- first one of the generation after it is its probe.
+  local probe = false
+  local total = 0
+  for i = OUTCOMES, #ARGV, 3 do
+    if not probe and ARGV[i] == generation and ARGV[i + 1] ~= '4' then
+      probe = i
+    end
+    total = total + tonumber(ARGV[i + 2])
+  end
+  if NOW < R.x.till or not probe then
+    return MOD.answer(s, false, total, R)
+  end
+  if ARGV[probe + 1] ~= '0' then
+    -- Failed, or too slow.
+    R.probe(true)
+    redis.call('HSET', KEY_WINDOW, REPLICA_FIELD, R.codec.encode(R.x))
+    if s.batches_changed then
+      redis.call('HSET', KEY_STATE, 'batches', s.batches, 'batch_count', int(s.batch_count))
+    end
+    return MOD.answer(s, false, total - 1, R)
+  end
+  R.probe(false)
+  current = false
+  for i = OUTCOMES, #ARGV, 3 do
+    if i < probe then
+      stale = stale + tonumber(ARGV[i + 2])
+    else
+      current = current or ARGV[i] == generation
+    end
+  end
+  first = probe
+end
+
+if R then
+  R.settle_own()
+end
+
+if OUTLIERS > 0 and current then
+  -- heard: the replica recorded now. The breaker keeps 2 x Outliers + 1
+  -- of the replicas heard last, an entry replaced only by a Record of a
+  -- later bucket. Most Records find the replica listed in this bucket,
+  -- or the list full of replicas of this bucket, and change nothing.
+  local capacity = 2 * OUTLIERS + 1
+  local settled = false
+  if not reporters and raw then
+    local tag = '|' .. int(IDX * WIDTH) .. ':'
+    if string.find(raw, tag .. REPLICA .. '|', 1, true) then
+      settled = true
+    else
+      local here, all, pos = 0, -1, 1
+      repeat
+        pos = string.find(raw, tag, pos, true)
+        here, pos = here + (pos and 1 or 0), pos and pos + 1
+      until not pos
+      pos = 1
+      repeat
+        pos = string.find(raw, '|', pos, true)
+        all, pos = all + (pos and 1 or 0), pos and pos + 1
+      until not pos
+      settled = here == capacity and all == capacity
+    end
+  end
+  if not settled then
+    reporters = reporters or mod().reporters(raw)
+    local mine, oldest = false, false
+    for i, rp in ipairs(reporters) do
+      if rp.id == REPLICA then
+        mine = rp
+      end
+      if not oldest or rp.at < reporters[oldest].at then
+        oldest = i
+      end
+    end
+    local start = IDX * WIDTH
+    if mine then
+      if math.floor(mine.at / WIDTH) ~= IDX then
+        mine.at, heard_changed = start, true
+      end
+    elseif #reporters < capacity then
+      reporters[#reporters + 1], heard_changed = {id = REPLICA, at = start}, true
+    elseif math.floor(reporters[oldest].at / WIDTH) < IDX then
+      reporters[oldest], heard_changed = {id = REPLICA, at = start}, true
+    end
+    while #reporters > capacity do
+      oldest = 1
+      for i, rp in ipairs(reporters) do
+        if rp.at < reporters[oldest].at then
+          oldest = i
+        end
+      end
+      table.remove(reporters, oldest)
+      heard_changed = true
+    end
+  end
+end
+
+-- check trips the breaker for the fleet if a rule holds, or else makes
+-- the replica an outlier if its own outcomes trip one.
 local function check()
+  if s.state == DISABLED then
+    return
+  end
   local reason = trip_reason()
   if reason then
     open(s, OPEN_FOR)
     tripped(s, reason, other_calls + calls, other_failures + failures, other_slow + slow)
     tr = transition(s, CLOSED, reason)
+    return
+  end
+  if J and J.x then
+    reason = J.own_reason()
+    if reason then
+      calls, failures, slow, other_calls, other_failures, other_slow, consecutive =
+        R.isolate(reason, calls, failures, slow, other_calls, other_failures, other_slow, consecutive, epoch)
+    end
   end
 end
 
-for i = OUTCOMES, #ARGV, 3 do
+for i = first, #ARGV, 3 do
   local n = tonumber(ARGV[i + 2])
-  if tr or ARGV[i] ~= generation then
+  -- The fleet tripped, or the replica was found an outlier: the rest is
+  -- stale.
+  if tr or (J and J.found()) or ARGV[i] ~= generation then
     stale = stale + n
   elseif ARGV[i + 1] == '4' then
     -- Throttled requests are no calls: the rules read nothing they change.
     throttled, counted = throttled + n, counted + n
   elseif ARGV[i + 1] == '0' then
-    -- A run of plain successes: after the first, the consecutive count is
-    -- 0 and both ratios only fall, so a rule can first hold at the first
-    -- one, or where the calls reach MinCalls. The rules are checked there
-    -- alone; the rest of the run after a trip is stale.
-    local before = other_calls + calls
+    -- A run of plain successes: after the first, the runs are 0 and every
+    -- ratio only falls, so a rule can first hold at the first one, or
+    -- where the calls it counts reach MinCalls: the fleet's, the
+    -- replica's own, the fleet's without the replicas a rule leaves out.
+    -- The rules are checked there alone; the rest of the run after a
+    -- trip, or after the replica was found an outlier, is stale.
     local at = {1}
+    local before = other_calls + calls
     if before + 1 < MIN_CALLS and before + n >= MIN_CALLS then
-      at[2] = MIN_CALLS - before
+      at[#at + 1] = MIN_CALLS - before
     end
-    local done = 0
+    if J then
+      if J.x then
+        before = J.codec.counts(J.x, IDX - BUCKETS + 1)
+        if before + 1 < MIN_CALLS and before + n >= MIN_CALLS then
+          at[#at + 1] = MIN_CALLS - before
+        end
+      end
+      if s.state ~= DISABLED then
+        J.crossings(at, n, other_calls + calls, other_failures + failures, other_slow + slow, epoch)
+      end
+      table.sort(at)
+    end
+    local applied = 0
     for _, k in ipairs(at) do
-      if k <= n then
-        calls, consecutive, done = calls + k - done, 0, k
+      if k <= n and k > applied then
+        if applied == 0 and consecutive > 0 then
+          epoch = (epoch or tonumber(string.match(raw or '0 0', '^%d+ (%d+)'))) + 1
+          counts_changed = true
+        end
+        calls, consecutive = calls + k - applied, 0
+        if J then
+          J.attribute(false, false, k - applied, epoch)
+        end
+        applied = k
         check()
-        if tr then
+        if tr or (J and J.found()) then
           break
         end
       end
     end
-    if not tr then
-      calls, done = calls + n - done, n
+    if not (tr or (J and J.found())) then
+      calls = calls + n - applied
+      if J and n > applied then
+        J.attribute(false, false, n - applied, epoch)
+      end
+      applied = n
     end
-    counted, stale = counted + done, stale + n - done
+    counted, stale = counted + applied, stale + n - applied
   else
     local failed, slowed = ARGV[i + 1] == '1' or ARGV[i + 1] == '3', ARGV[i + 1] == '2' or ARGV[i + 1] == '3'
     for j = 1, n do
-      if tr then
+      if tr or (J and J.found()) then
         stale = stale + n - j + 1
         break
       end
@@ -305,42 +542,79 @@ for i = OUTCOMES, #ARGV, 3 do
       if failed then
         failures, consecutive = failures + 1, consecutive + 1
       else
+        if consecutive > 0 then
+          epoch = (epoch or tonumber(string.match(raw or '0 0', '^%d+ (%d+)'))) + 1
+          counts_changed = true
+        end
         consecutive = 0
       end
       if slowed then
         slow = slow + 1
+      end
+      if J then
+        J.attribute(failed, slowed, 1, epoch)
       end
       check()
     end
   end
 end
 
+-- moved: the replica is an outlier or has a transition of its own, which
+-- the answer says.
+local moved = J and ((J.x and J.x.till ~= 0) or J.own_tr)
 if counted == 0 then
-  return reply(s, false, nil, stale)
+  if moved then
+    return MOD.answer(s, false, stale, R)
+  end
+  return reply(s, false, nil, stale, -1, 0, 0, 0)
 end
-if not tr then
-  s.consecutive_failures, s.expires_at = consecutive, keep()
-  save(s, relabel)
-  hdel(KEY_WINDOW, gone)
-  redis.call('HSET', KEY_WINDOW, int(IDX), string.format('%d %d %d', calls, failures, slow), 'head', int(head),
-    'calls', int(other_calls + calls), 'failures', int(other_failures + failures), 'slow', int(other_slow + slow))
-  if #relaid > 0 then
-    redis.call('HSET', KEY_WINDOW, unpack(relaid))
+if tr then
+  -- The fleet tripped: the window started afresh with the generation.
+  return reply(s, tr, nil, stale, -1, 0, 0, 0)
+end
+s.consecutive_failures, s.expires_at = consecutive, keep()
+save(s, relabel)
+hdel(KEY_WINDOW, gone)
+redis.call('HSET', KEY_WINDOW, IDX_S, string.format('%d %d %d', calls, failures, slow), 'head', int(head),
+  'calls', int(other_calls + calls), 'failures', int(other_failures + failures), 'slow', int(other_slow + slow))
+local fields = {}
+for field, value in pairs(relaid) do
+  fields[#fields + 1], fields[#fields + 2] = field, value
+end
+if R then
+  hdel(KEY_WINDOW, R.dropped)
+  for _, v in ipairs(R.fields(relabel)) do
+    fields[#fields + 1] = v
   end
-  if relabel or not laid then
-    redis.call('HSET', KEY_WINDOW, 'width', int(WIDTH), 'buckets', int(BUCKETS))
-  end
-  hdel(KEY_WINDOW, throttled_gone)
-  if throttled > 0 then
-    redis.call('HSET', KEY_WINDOW, 'throttled:' .. int(IDX), int(throttled),
-      'throttled', int(other_throttled + throttled), 'throttled_head', int(throttled_head or IDX))
-  elseif throttled_head and other_throttled > 0 then
-    redis.call('HSET', KEY_WINDOW, 'throttled', int(other_throttled), 'throttled_head', int(throttled_head))
-  elseif throttled_head then
-    -- The last throttled request has left the window.
-    redis.call('HDEL', KEY_WINDOW, 'throttled', 'throttled_head')
-  end
-  return reply(s, false, nil, stale, other_calls + calls, other_failures + failures, other_slow + slow,
+  counts_changed = counts_changed or R.tracked ~= tracked
+  heard_changed = heard_changed or R.heard_changed
+  tracked = R.tracked
+end
+-- A run's number changed matters only once there are replicas to judge.
+if heard_changed or (counts_changed and (raw or R)) or (relabel and raw) then
+  epoch = epoch or tonumber(string.match(raw or '0 0', '^%d+ (%d+)'))
+  local list = heard_changed and reporters
+  fields[#fields + 1], fields[#fields + 2] = 'replicas', mod().field(tracked, epoch, list, raw)
+end
+if #fields > 0 then
+  redis.call('HSET', KEY_WINDOW, unpack(fields))
+end
+if relabel or not laid then
+  redis.call('HSET', KEY_WINDOW, 'width', WIDTH_S, 'buckets', int(BUCKETS))
+end
+hdel(KEY_WINDOW, throttled_gone)
+if throttled > 0 then
+  redis.call('HSET', KEY_WINDOW, 'throttled:' .. IDX_S, int(throttled),
+    'throttled', int(other_throttled + throttled), 'throttled_head', int(throttled_head or IDX))
+elseif throttled_head and other_throttled > 0 then
+  redis.call('HSET', KEY_WINDOW, 'throttled', int(other_throttled), 'throttled_head', int(throttled_head))
+elseif throttled_head then
+  -- The last throttled request has left the window.
+  redis.call('HDEL', KEY_WINDOW, 'throttled', 'throttled_head')
+end
+if moved then
+  return MOD.answer(s, false, stale, R, other_calls + calls, other_failures + failures, other_slow + slow,
     other_throttled + throttled)
 end
-return reply(s, tr, nil, stale)
+return reply(s, false, nil, stale, other_calls + calls, other_failures + failures, other_slow + slow,
+  other_throttled + throttled)

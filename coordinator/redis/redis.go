@@ -271,17 +271,18 @@ func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Pol
 	return d, nil
 }
 
-// Record implements [coordinator.Coordinator]. A batch ID set with
-// [coordinator.WithBatchID] makes a retried Record stale.
-func (c *Coordinator) Record(ctx context.Context, scope string, p coordinator.Policy, outcomes []coordinator.Outcome) (coordinator.Result, error) {
+// Record implements [coordinator.Coordinator].
+func (c *Coordinator) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
+	p, outcomes := q.Policy, q.Outcomes
 	// Runs of equal outcomes go as one: a replica's batch is mostly
 	// successes of one generation, and record.lua counts a run of them at
 	// once.
 	encoding, fingerprint := p.Encoded()
 	args := make([]any, 0, 11+3*4)
 	args = append(args, p.MinCalls, coordinator.Permille(p.FailureRatio), coordinator.Permille(p.SlowCallRatio),
-		p.ConsecutiveFailures, p.OpenFor.Milliseconds(), coordinator.BatchID(ctx), coordinator.RecentBatches,
-		fingerprint, int(coordinator.PolicySourceOf(ctx)), encoding, coordinator.RecentPolicies)
+		p.ConsecutiveFailures, p.OpenFor.Milliseconds(), q.BatchID, coordinator.RecentBatches,
+		fingerprint, int(q.Source), encoding, coordinator.RecentPolicies,
+		replicaArg(q.Replica), p.Outliers, p.MaxOpenFor.Milliseconds(), coordinator.TrackedReplicas)
 	for i := 0; i < len(outcomes); {
 		gen, flags := outcomes[i].Generation, outcomeFlags(p, outcomes[i])
 		n := 1
@@ -291,7 +292,11 @@ func (c *Coordinator) Record(ctx context.Context, scope string, p coordinator.Po
 		args = append(args, strconv.FormatUint(gen, 10), flags, n)
 		i += n
 	}
-	return c.result(ctx, c.client, c.scripts.record, "record", scope, p, coordinator.Seen(ctx, outcomes...), args...)
+	a, err := c.call(ctx, c.client, c.scripts.record, "record", q.Scope, p, writes(coordinator.Seen(ctx, outcomes...)), args...)
+	if err != nil {
+		return coordinator.Result{}, err
+	}
+	return recorded(q, a)
 }
 
 // outcomeFlags is how record.lua reads an outcome: 1 failure, 2 slow, 4
@@ -379,7 +384,14 @@ func (c *Coordinator) Snapshot(ctx context.Context, scope string, p coordinator.
 		s.ForcedAt = unixMilli(at)
 	}
 	s.Throttled = int(r.int(a.rest, 18))
-	s.Policies = seenPolicies(&r, a.rest[min(19, len(a.rest)):])
+	n := int(r.int(a.rest, 19))
+	for i := 0; i < n && r.err == nil; i++ {
+		at := 20 + 4*i
+		until := unixMilli(r.int(a.rest, at+2))
+		s.Outliers = append(s.Outliers, coordinator.Outlier{Replica: replicaOf(r.str(a.rest, at)), Since: unixMilli(r.int(a.rest, at+1)),
+			Until: until, RetryAfter: max(0, until.Sub(time.UnixMilli(a.now))), Reason: r.str(a.rest, at+3)})
+	}
+	s.Policies = seenPolicies(&r, a.rest[min(20+4*n, len(a.rest)):])
 	if at := r.int(a.rest, 12); at != 0 {
 		s.LastTrip = coordinator.Trip{At: unixMilli(at), Reason: r.str(a.rest, 13), Generation: r.uint(a.rest, 14),
 			Calls: int(r.int(a.rest, 15)), Failures: int(r.int(a.rest, 16)), Slow: int(r.int(a.rest, 17))}

@@ -70,11 +70,10 @@ func TestOpenStateNeverExpires(t *testing.T) {
 	c := cbredis.New(rdb)
 	p := tripPolicy()
 	gen := born(t, c, "s", p)
-	batch := coordinator.WithBatchID(ctx, "b1")
-	if _, err := c.Record(batch, "s", p, []coordinator.Outcome{{Generation: gen}}); err != nil {
+	if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: gen}}, BatchID: "b1"}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Record(ctx, "s", p, failures(gen, 2))
+	res, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: failures(gen, 2)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +97,7 @@ func TestWrongTypeIsAnError(t *testing.T) {
 	c := cbredis.New(rdb)
 	p := tripPolicy()
 	gen := born(t, c, "s", p)
-	if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: gen}}); err != nil {
+	if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: gen}}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range scopeKeys(t, rdb, cbredis.DefaultPrefix) {
@@ -106,8 +105,11 @@ func TestWrongTypeIsAnError(t *testing.T) {
 		rdb.Set(ctx, k, "garbage", 0)
 	}
 	ops := map[string]func() error{
-		"admit":    func() error { _, err := c.Admit(ctx, "s", p, "c"); return err },
-		"record":   func() error { _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{}}); return err },
+		"admit": func() error { _, err := c.Admit(ctx, "s", p, "c"); return err },
+		"record": func() error {
+			_, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{}}})
+			return err
+		},
 		"settle":   func() error { _, err := c.Settle(ctx, "s", p, "c", coordinator.Outcome{}); return err },
 		"snapshot": func() error { _, err := c.Snapshot(ctx, "s", p); return err },
 	}
@@ -140,7 +142,7 @@ func TestPrefixKeepsDeploymentsApart(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	a, b := cbredis.New(rdb, cbredis.WithPrefix("a:")), cbredis.New(rdb, cbredis.WithPrefix("b:"))
 	p := tripPolicy()
-	if _, err := a.Record(ctx, "s", p, failures(born(t, a, "s", p), 2)); err != nil {
+	if _, err := a.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: failures(born(t, a, "s", p), 2)}); err != nil {
 		t.Fatal(err)
 	}
 	s, err := b.Snapshot(ctx, "s", p)
@@ -174,7 +176,7 @@ func TestConcurrentHalfOpen(t *testing.T) {
 	p := tripPolicy()
 	p.Probes, p.ProbeSuccesses = 3, 1<<20
 	setup := cbredis.New(srv.Client(t), cbredis.WithClock(clk.Now))
-	if _, err := setup.Record(ctx, "s", p, failures(born(t, setup, "s", p), 2)); err != nil {
+	if _, err := setup.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: failures(born(t, setup, "s", p), 2)}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(p.OpenFor)
@@ -249,7 +251,7 @@ func TestConcurrentTripOnce(t *testing.T) {
 			defer wg.Done()
 			c := cbredis.New(srv.Client(t))
 			for range 5 {
-				res, err := c.Record(ctx, "s", p, failures(gen, 1))
+				res, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: failures(gen, 1)})
 				if err != nil {
 					t.Error(err)
 					return
@@ -296,7 +298,7 @@ func TestClosedAdmitWritesNothing(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	c := cbredis.New(rdb)
 	p := tripPolicy()
-	if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: born(t, c, "s", p)}}); err != nil {
+	if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: born(t, c, "s", p)}}}); err != nil {
 		t.Fatal(err)
 	}
 	born(t, c, "admitted only", p)
@@ -322,7 +324,7 @@ func TestHugeScope(t *testing.T) {
 	c := cbredis.New(rdb)
 	p := tripPolicy()
 	scope := strings.Repeat("{x}|\n", 1<<20) // 5 MiB
-	res, err := c.Record(ctx, scope, p, failures(born(t, c, scope, p), 2))
+	res, err := c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: failures(born(t, c, scope, p), 2)})
 	if err != nil {
 		t.Fatal(err)
 	}

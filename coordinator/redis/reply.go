@@ -17,6 +17,7 @@ type answer struct {
 	rampLeft   time.Duration
 	// policyVersion is the version of the scope's override (policy.go).
 	policyVersion uint64
+	now           int64 // the script's clock, Unix ms
 	transition    *coordinator.Transition
 	rest          []any
 }
@@ -36,6 +37,7 @@ func readAnswer(reply []any, scope string) (answer, error) {
 		policyVersion: r.uint(reply, 10),
 	}
 	now, from := r.int(reply, 3), r.int(reply, 4)
+	a.now = now
 	if from >= 0 {
 		t := newTransition(scope, from, r.int(reply, 5), r.uint(reply, 6), now, r.int(reply, 7), r.str(reply, 8))
 		a.transition = &t
@@ -103,4 +105,56 @@ func (r *replyReader) uint(reply []any, i int) uint64 {
 		r.err = fmt.Errorf("%w: negative generation %d", errReply, n)
 	}
 	return uint64(n)
+}
+
+// The values answer_record (record.lua) puts after the shared ones; the
+// outlier's and the replica's transition only when there is one.
+const (
+	recordStale = iota
+	recordCalls // -1: the Record counted nothing, or left the breaker not closed
+	recordFailures
+	recordSlow
+	recordThrottled
+	recordOutlierSince
+	recordOutlierUntil
+	recordOutlierReason
+	recordOwnFrom
+	recordOwnTo
+	recordOwnUntil
+	recordOwnReason
+)
+
+// recorded reads what a Record answered.
+func recorded(q coordinator.RecordRequest, a answer) (coordinator.Result, error) {
+	var r replyReader
+	res := coordinator.Result{
+		State:         a.state,
+		Generation:    a.generation,
+		Stale:         int(r.int(a.rest, recordStale)),
+		RetryAfter:    a.retryAfter,
+		RampLeft:      a.rampLeft,
+		Transition:    a.transition,
+		PolicyVersion: a.policyVersion,
+	}
+	if calls := r.int(a.rest, recordCalls); calls >= 0 {
+		res.Calls, res.Failures = int(calls), int(r.int(a.rest, recordFailures))
+		res.Slow, res.Throttled = int(r.int(a.rest, recordSlow)), int(r.int(a.rest, recordThrottled))
+	}
+	if len(a.rest) > recordOutlierSince {
+		if until := r.int(a.rest, recordOutlierUntil); until != 0 {
+			res.Outlier = &coordinator.Outlier{Replica: q.Replica, Since: unixMilli(r.int(a.rest, recordOutlierSince)),
+				Until: unixMilli(until), RetryAfter: max(0, time.Duration(until-a.now)*time.Millisecond),
+				Reason: r.str(a.rest, recordOutlierReason)}
+		}
+		if from := r.int(a.rest, recordOwnFrom); from >= 0 && res.Transition == nil {
+			t := newTransition(q.Scope, from, r.int(a.rest, recordOwnTo), a.generation, a.now,
+				r.int(a.rest, recordOwnUntil), r.str(a.rest, recordOwnReason))
+			t.Replica = q.Replica
+			res.Transition = &t
+		}
+	}
+	if r.err != nil {
+		return coordinator.Result{}, opError("record", q.Scope, r.err)
+	}
+	return res, nil
 }

@@ -45,7 +45,7 @@ func BenchmarkBusyServer(b *testing.B) {
 		var n atomic.Int64
 		busy(b, admin, conns, "evalsha", func(ctx context.Context) {
 			id := "replica-" + strconv.FormatInt(n.Add(1), 36)
-			if _, err := c.Record(coordinator.WithBatchID(ctx, id), "s", p, outcomes); err != nil {
+			if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: outcomes, BatchID: id}); err != nil {
 				b.Error(err)
 			}
 		})

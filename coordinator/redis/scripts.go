@@ -24,6 +24,8 @@ var (
 	admitLua string
 	//go:embed record.lua
 	recordLua string
+	//go:embed replicas.lua
+	replicasLua string
 	//go:embed settle.lua
 	settleLua string
 	//go:embed snapshot.lua
@@ -62,9 +64,9 @@ func newScripts(publish string) *scripts {
 	}
 	return &scripts{
 		admit:     writes(admitLua),
-		record:    writes(recordLua),
+		record:    writes(replicasLua + recordLua),
 		settle:    writes(settleLua),
-		snapshot:  goredis.NewScript(reads + snapshotLua),
+		snapshot:  goredis.NewScript(reads + replicasLua + snapshotLua),
 		control:   writes(controlLua),
 		push:      writes(pushLua),
 		policy:    goredis.NewScript(header + policyLua),

@@ -31,7 +31,7 @@ func trip(t *testing.T, c *Coordinator, scope string) coordinator.Transition {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Record(ctx, scope, watchPolicy, []coordinator.Outcome{{Generation: d.Generation, Failure: true}})
+	res, err := c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: watchPolicy, Outcomes: []coordinator.Outcome{{Generation: d.Generation, Failure: true}}})
 	if err != nil || res.Transition == nil || res.Transition.To != coordinator.StateOpen {
 		t.Fatalf("tripping %q: %+v, %v", scope, res, err)
 	}

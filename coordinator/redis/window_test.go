@@ -22,7 +22,7 @@ func TestWindowTotalsRebuiltFromBuckets(t *testing.T) {
 	ctx := context.Background()
 	rdb, clock, c, p, gen := windowScope(t)
 	for range 4 { // 4 buckets, 2 outcomes each: 4 failures of 8
-		if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: gen, Failure: true}, {Generation: gen}}); err != nil {
+		if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: gen, Failure: true}, {Generation: gen}}}); err != nil {
 			t.Fatal(err)
 		}
 		clock.Advance(time.Second)
@@ -36,11 +36,11 @@ func TestWindowTotalsRebuiltFromBuckets(t *testing.T) {
 	if n := rdb.HDel(ctx, window, "head", "calls", "failures", "slow").Val(); n != 4 {
 		t.Fatalf("HDEL of the totals removed %d fields; want 4: the layout has changed", n)
 	}
-	res, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: gen}})
+	res, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: gen}}})
 	if err != nil || res.Transition != nil {
 		t.Fatalf("9th outcome, a success: %+v, %v; want no trip (4 failures of 9)", res, err)
 	}
-	res, err = c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: gen, Failure: true}})
+	res, err = c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: gen, Failure: true}}})
 	if err != nil || res.Transition == nil || res.Transition.Reason != "failures 5/10 >= 50%" {
 		t.Fatalf("10th outcome, a failure: %+v, %v; want the trip at 5 of 10, every bucket counted", res, err)
 	}
@@ -73,7 +73,7 @@ func TestThrottledKeptBesideTheBuckets(t *testing.T) {
 		return n
 	}
 	for range 3 {
-		if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: gen}, {Generation: gen, Throttled: true}}); err != nil {
+		if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: gen}, {Generation: gen, Throttled: true}}}); err != nil {
 			t.Fatal(err)
 		}
 		clock.Advance(time.Second)
@@ -87,11 +87,11 @@ func TestThrottledKeptBesideTheBuckets(t *testing.T) {
 		t.Errorf("%d throttled fields; want 3 buckets, the total and its head", n)
 	}
 	clock.Advance(5 * time.Second)
-	if res, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: gen}}); err != nil || res.Calls != 4 || res.Throttled != 3 {
+	if res, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: gen}}}); err != nil || res.Calls != 4 || res.Throttled != 3 {
 		t.Fatalf("a call 8s on: %+v, %v; want 4 calls and 3 throttled", res, err)
 	}
 	clock.Advance(4 * time.Second) // the three first buckets leave the window
-	res, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: gen}})
+	res, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: gen}}})
 	if err != nil || res.Calls != 2 || res.Throttled != 0 {
 		t.Fatalf("a call once the throttled requests have left: %+v, %v; want 2 calls, none throttled", res, err)
 	}
@@ -107,7 +107,7 @@ func TestThrottledKeptBesideTheBuckets(t *testing.T) {
 func TestWindowWithoutLayoutIsTheRecordsOwn(t *testing.T) {
 	ctx := context.Background()
 	rdb, clock, c, p, gen := windowScope(t)
-	if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: gen, Failure: true}, {Generation: gen}}); err != nil {
+	if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: gen, Failure: true}, {Generation: gen}}}); err != nil {
 		t.Fatal(err)
 	}
 	var window string
@@ -120,7 +120,7 @@ func TestWindowWithoutLayoutIsTheRecordsOwn(t *testing.T) {
 		t.Fatalf("HDEL of the layout removed %d fields; want 2: the layout has changed", n)
 	}
 	clock.Advance(time.Second)
-	if res, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Generation: gen}}); err != nil || res.Calls != 3 || res.Failures != 1 {
+	if res, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: gen}}}); err != nil || res.Calls != 3 || res.Failures != 1 {
 		t.Fatalf("a Record a bucket later: %+v, %v; want 3 calls, 1 failure", res, err)
 	}
 	if got := rdb.HMGet(ctx, window, "width", "buckets").Val(); got[0] != "1000" || got[1] != "10" {

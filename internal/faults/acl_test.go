@@ -87,7 +87,7 @@ func TestMinimalACLIsMinimal(t *testing.T) {
 	if _, err := c.Admit(ctx, "s", p, "claim"); err != nil {
 		t.Fatalf("Admit as the ACL user: %v", err)
 	}
-	if _, err := c.Record(ctx, "s", p, []coordinator.Outcome{{Failure: true}}); err != nil {
+	if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Failure: true}}}); err != nil {
 		t.Fatalf("Record as the ACL user: %v", err)
 	}
 	// Outside the key pattern, the same scripts are refused.
