@@ -35,6 +35,10 @@ type OpenError struct {
 	RetryAfter time.Duration
 	// Reason says why, for people: "open", "coordinator unavailable", ...
 	Reason string
+	// Outlier is set when the coordinator found this replica failing alone
+	// (Policy.Outliers): the scope is open for this replica only, while
+	// the fleet's breaker is closed.
+	Outlier bool
 }
 
 func (e *OpenError) Error() string {

@@ -259,6 +259,9 @@ type ticket struct {
 	start time.Time
 	// classifier is the call's own (CallClassifier); nil: the Breaker's.
 	classifier Classifier
+	// urgent: the outcome goes to the coordinator at once (an outlier's
+	// probe, outlier.go).
+	urgent bool
 }
 
 // scopeOf returns the scope of a call, "" when it is not protected.
@@ -288,6 +291,9 @@ func (b *Breaker) admit(ctx context.Context, scope, method string) (ticket, erro
 	now := time.Now()
 	c := call{scope: scope, method: method, start: now}
 	f := b.known.use(scope, now)
+	if t, err, ok := b.admitOutlier(ctx, c, f); ok {
+		return t, err
+	}
 	if b.health.trusted() && b.known.answers(f, now) {
 		return b.admitKnown(ctx, c, f)
 	}
@@ -401,6 +407,7 @@ func (b *Breaker) finish(ctx context.Context, t ticket, method string, err error
 		scope:   t.scope,
 		outcome: coordinator.Outcome{Generation: t.gen, Failure: class == Failure, Duration: d},
 		caller:  trace.SpanContextFromContext(ctx),
+		urgent:  t.urgent,
 	}
 	if t.fate == probing {
 		it.claim = t.claim

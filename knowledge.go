@@ -58,6 +58,10 @@ type known struct {
 	fact            // guarded by knowledge.mu
 	followed uint64 // the feed connection that follows the scope; guarded by knowledge.mu
 	used     atomic.Int64
+	// heard: the scope's first outcome went to the coordinator at once,
+	// so that it hears this replica soon (introduce); guarded by
+	// knowledge.mu.
+	heard bool
 }
 
 // fact is what the coordinator last said about a scope.
@@ -80,6 +84,9 @@ type fact struct {
 	// policy is what the scope runs on once its override was read; nil:
 	// knowledge.base. Answers leave it as it is: sharing sets it.
 	policy *inForce
+	// outlier is what the coordinator said of this replica as an outlier
+	// of the scope (outlier.go): only the answers to its Records say it.
+	outlier outlierFact
 }
 
 // admitsAll reports whether a state lets every call through: closed, or
@@ -229,14 +236,72 @@ func (k *knowledge) learn(epoch uint64, scope string, a answer, now time.Time) {
 	if a.saysPolicy {
 		k.versionSaid(scope, e, a.policyVersion)
 	}
-	if !newer(f, e.fact) {
-		return
+	if newer(f, e.fact) {
+		if f.window == (window{}) && f.gen == e.gen {
+			f.window = e.window
+		}
+		if f.gen == e.gen {
+			f.outlier = e.outlier
+		}
+		f.policy = e.policy
+		e.fact = f
 	}
-	if f.window == (window{}) && f.gen == e.gen {
-		f.window = e.window
+	if a.saysOutlier && a.gen == e.gen {
+		o := outlierOf(a, now)
+		if o.gen != 0 && !now.Before(o.until) && e.outlier.of(e.fact) {
+			// Still waiting for its probe's answer: the probe keeps its slot.
+			o.probe = e.outlier.probe
+		}
+		e.outlier = o
 	}
-	f.policy = e.policy
-	e.fact = f
+}
+
+// introduce reports whether scope's outcomes have yet to reach the
+// coordinator since the scope was last forgotten, and notes that they do
+// now. The first goes at once: until the coordinator hears this replica,
+// a replica failing alone may seem the whole fleet to it (Policy.Outliers).
+// k.mu is not held.
+func (k *knowledge) introduce(scope string) bool {
+	k.mu.RLock()
+	e := k.scopes[scope]
+	// Under the plain rules the coordinator has no use for it.
+	done := e == nil || e.heard || k.policyIn(e.fact).p.Outliers == 0
+	k.mu.RUnlock()
+	if done {
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if e = k.scopes[scope]; e == nil || e.heard {
+		return false
+	}
+	e.heard = true
+	return true
+}
+
+// probeOutlier takes this replica's one probe slot in scope, where it is
+// an outlier of generation gen whose period has ended, until now + lease:
+// it reports false while another probe holds it.
+func (k *knowledge) probeOutlier(scope string, gen uint64, now time.Time, lease time.Duration) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e := k.scopes[scope]
+	if e == nil || !e.outlier.of(e.fact) || e.gen != gen || now.Before(e.outlier.probe) {
+		return false
+	}
+	e.outlier.probe = now.Add(lease)
+	return true
+}
+
+// outliers calls f with each scope where this replica is an outlier.
+func (k *knowledge) outliers(f func(scope string)) {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	for scope, e := range k.scopes {
+		if e.outlier.of(e.fact) {
+			f(scope)
+		}
+	}
 }
 
 // newer reports whether f may replace old: generations only grow, and

@@ -126,10 +126,11 @@ func (n *notifier) stop(deadline time.Time) bool {
 // transitionKey tells one transition from another: an answer and the
 // feed report the same transition with the same coordinator time.
 type transitionKey struct {
-	scope string
-	gen   uint64
-	to    coordinator.State
-	at    int64
+	scope   string
+	replica string
+	gen     uint64
+	to      coordinator.State
+	at      int64
 }
 
 // recent is the last notifyRecent transitions delivered.
@@ -142,7 +143,7 @@ type recent struct {
 // seen reports whether t is among the recent transitions, and remembers it
 // if not.
 func (r *recent) seen(t coordinator.Transition) bool {
-	k := transitionKey{scope: t.Scope, gen: t.Generation, to: t.To, at: t.At.UnixMilli()}
+	k := transitionKey{scope: t.Scope, replica: t.Replica, gen: t.Generation, to: t.To, at: t.At.UnixMilli()}
 	if _, ok := r.set[k]; ok {
 		return true
 	}

@@ -27,6 +27,7 @@ type item struct {
 	claim   string
 	outcome coordinator.Outcome
 	caller  trace.SpanContext // the call's span, to parent or link transition spans
+	urgent  bool              // an outlier's probe: it goes at once, as a failure does
 }
 
 // batch is what the recorder holds for one scope.
@@ -124,6 +125,9 @@ func (r *recorder) add(it item) {
 	if !ok {
 		list = r.spare[it.scope]
 		delete(r.spare, it.scope)
+		// At most once an interval a scope: whether the coordinator has
+		// yet to hear this replica in it.
+		it.urgent = it.urgent || r.b.known.introduce(it.scope)
 	}
 	if len(list) >= r.b.cfg.queueSize {
 		r.wmu.Unlock()
@@ -132,7 +136,7 @@ func (r *recorder) add(it item) {
 	}
 	list = append(list, it)
 	r.waiting[it.scope] = list
-	now := it.claim != "" || it.outcome.Failure || len(list) >= r.fullAt()
+	now := it.claim != "" || it.outcome.Failure || it.urgent || len(list) >= r.fullAt()
 	r.wmu.Unlock()
 	if now {
 		select {
@@ -243,7 +247,7 @@ func (r *recorder) take(it item) {
 	if bt.callers != nil {
 		bt.callers = append(bt.callers, it.caller)
 	}
-	if it.outcome.Failure {
+	if it.outcome.Failure || it.urgent {
 		bt.urgent = true
 	}
 }
@@ -330,7 +334,7 @@ func (r *recorder) record(scope string, outcomes []coordinator.Outcome, callers 
 	a, err := b.roundTrip(context.Background(), trip{op: "record", scope: scope, timeout: b.cfg.timeout, wg: &r.wg, cause: cause},
 		func(ctx context.Context) (answer, error) {
 			res, err := b.c.Record(ctx, q)
-			return resulted(res), err
+			return recordedAnswer(res), err
 		})
 	if err != nil {
 		b.tel.drop(scope, dropCoordinator, len(outcomes))

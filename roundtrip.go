@@ -27,6 +27,10 @@ type answer struct {
 	// saysPolicy: every coordinator answer says it, the feed does not.
 	policyVersion uint64
 	saysPolicy    bool
+	// outlier is what a Record's answer says of this replica as an
+	// outlier of the scope (outlier.go), when saysOutlier.
+	outlier     *coordinator.Outlier
+	saysOutlier bool
 }
 
 // window is what a Record that counted says of the scope's shared window
@@ -38,6 +42,14 @@ type window struct {
 func decided(d coordinator.Decision) answer {
 	return answer{state: d.State, gen: d.Generation, retryAfter: d.RetryAfter, rampLeft: d.RampLeft, transition: d.Transition,
 		policyVersion: d.PolicyVersion, saysPolicy: true}
+}
+
+// recordedAnswer is the answer of a Record, which also says whether this
+// replica is an outlier.
+func recordedAnswer(r coordinator.Result) answer {
+	a := resulted(r)
+	a.outlier, a.saysOutlier = r.Outlier, true
+	return a
 }
 
 func resulted(r coordinator.Result) answer {

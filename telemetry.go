@@ -35,6 +35,8 @@ const (
 	attrOperation  = attribute.Key("cbgrpc.operation")
 	attrError      = attribute.Key("cbgrpc.error")
 	attrPolicy     = attribute.Key("cbgrpc.failure_policy")
+	attrReplica    = attribute.Key("cbgrpc.replica")
+	attrOutlier    = attribute.Key("cbgrpc.outlier")
 )
 
 // Attribute keys of the OpenTelemetry semantic conventions for RPC, as
@@ -57,11 +59,12 @@ const (
 	byFailurePolicy                // coordinator unavailable, FailOpen or FailClosed
 	byRamp                         // closed, but ramping up after a recovery (ramp.go)
 	byThrottle                     // closed, but throttled adaptively (throttle.go)
+	byOutlier                      // this replica alone is failing (outlier.go)
 	deciders
 )
 
 func (d decider) String() string {
-	return [deciders]string{"coordinator", "cache", "known_state", "failure_policy", "ramp", "throttle"}[d]
+	return [deciders]string{"coordinator", "cache", "known_state", "failure_policy", "ramp", "throttle", "outlier"}[d]
 }
 
 // Why an outcome or settlement was not delivered.
@@ -98,6 +101,7 @@ type telemetry struct {
 	// states is observed from the table at each collection, until
 	// observing is unregistered.
 	states    metric.Int64ObservableGauge
+	outliers  metric.Int64ObservableGauge
 	observing metric.Registration
 
 	// methods holds the options of decisions without the scope, made once
@@ -154,12 +158,20 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 		metric.WithUnit("{state}")); err != nil {
 		return nil, err
 	}
+	if t.outliers, err = m.Int64ObservableGauge("cbgrpc.outlier",
+		metric.WithDescription("1 for each breaker of which the coordinator found this replica an outlier: failing alone, it rejects its own calls while the fleet's breaker is closed."),
+		metric.WithUnit("{breaker}")); err != nil {
+		return nil, err
+	}
 	if t.observing, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		k.states(time.Now(), func(scope string, s coordinator.State) {
 			o.ObserveInt64(t.states, int64(s), metric.WithAttributes(attrScope.String(scope)))
 		})
+		k.outliers(func(scope string) {
+			o.ObserveInt64(t.outliers, 1, metric.WithAttributes(attrScope.String(scope)))
+		})
 		return nil
-	}, t.states); err != nil {
+	}, t.states, t.outliers); err != nil {
 		return nil, err
 	}
 	t.plainOps = make(map[string][]metric.RecordOption)
@@ -218,18 +230,25 @@ func (t *telemetry) coordinatorCall(ctx context.Context, scope, op string, d tim
 
 // transition emits the span of one transition this process caused: a child
 // of parent's span (a root span when it has none), linked to links.
+// A transition of this replica alone (an outlier's) says so: the metric
+// with cbgrpc.outlier, the span with the replica's ID as well.
 func (t *telemetry) transition(parent context.Context, tr *coordinator.Transition, links []trace.Link) {
-	t.transitions.Add(parent, 1, t.attrs(tr.Scope, attrFrom.String(tr.From.String()), attrTo.String(tr.To.String())))
+	t.transitions.Add(parent, 1, t.attrs(tr.Scope, attrFrom.String(tr.From.String()), attrTo.String(tr.To.String()),
+		attrOutlier.Bool(tr.Replica != "")))
+	kvs := []attribute.KeyValue{
+		attrScope.String(tr.Scope),
+		attrFrom.String(tr.From.String()),
+		attrTo.String(tr.To.String()),
+		attrGeneration.Int64(int64(tr.Generation)),
+		attrReason.String(tr.Reason),
+	}
+	if tr.Replica != "" {
+		kvs = append(kvs, attrReplica.String(tr.Replica))
+	}
 	_, span := t.tracer.Start(parent, spanTransition,
 		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithLinks(links...),
-		trace.WithAttributes(
-			attrScope.String(tr.Scope),
-			attrFrom.String(tr.From.String()),
-			attrTo.String(tr.To.String()),
-			attrGeneration.Int64(int64(tr.Generation)),
-			attrReason.String(tr.Reason),
-		))
+		trace.WithAttributes(kvs...))
 	span.End()
 }
 

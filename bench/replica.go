@@ -93,6 +93,9 @@ func newReplica(f *fleet, id int, target Target, cfg FleetConfig, opts []cbgrpc.
 			return nil
 		})
 	}
+	// Each its own replica: the coordinator tells replicas apart by ID
+	// (Policy.Outliers), and Breakers of one process share a default one.
+	opts = append(opts[:len(opts):len(opts)], cbgrpc.WithReplicaID(fmt.Sprintf("replica-%04d", id)))
 	b, err := cbgrpc.New(&observed{Coordinator: cbredis.New(r.client), r: r}, opts...)
 	if err != nil {
 		r.client.Close()

@@ -83,9 +83,9 @@ type breaker struct {
 	policies map[string]seenPolicy
 
 	// replicas are the replicas that failed in the generation, reporters
-	// those that recorded lately, and epoch numbers the fleet's run of
-	// failures, so that a replica's share of an ended run reads as none
-	// (replicas.go).
+	// those that recorded lately (in any generation), and epoch numbers
+	// the fleet's run of failures, so that a replica's share of an ended
+	// run reads as none (replicas.go).
 	replicas  map[string]*tracked
 	reporters []reporter
 	epoch     int64
@@ -422,7 +422,9 @@ func (b *breaker) restart(state coordinator.State, now int64) {
 	b.consec, b.successes = 0, 0
 	b.window, b.leases = nil, nil
 	b.width, b.buckets = 0, 0
-	b.replicas, b.reporters, b.epoch = nil, nil, 0
+	// The replicas that record stay what they were: the breaker's state
+	// does not change them.
+	b.replicas, b.epoch = nil, 0
 	b.recoveredAt = 0
 }
 

@@ -9,7 +9,8 @@ local function stored()
   local v
   if WITH_BATCHES then
     v = redis.call('HMGET', KEY_STATE, 'state', 'generation', 'opened_at', 'open_for',
-      'open_until', 'consecutive_failures', 'probe_successes', 'expires_at', 'gc_until', 'recovered_at', 'batches', 'batch_count')
+      'open_until', 'consecutive_failures', 'probe_successes', 'expires_at', 'gc_until', 'recovered_at', 'batches', 'batch_count',
+      'reporters')
   else
     v = redis.call('HMGET', KEY_STATE, 'state', 'generation', 'opened_at', 'open_for',
       'open_until', 'consecutive_failures', 'probe_successes', 'expires_at', 'gc_until', 'recovered_at')
@@ -23,7 +24,8 @@ local function stored()
   return {state = v[1], generation = tonumber(v[2]), opened_at = tonumber(v[3]),
     open_for = tonumber(v[4]), open_until = tonumber(v[5]), consecutive_failures = tonumber(v[6]),
     probe_successes = tonumber(v[7]), expires_at = tonumber(v[8]), gc_until = tonumber(v[9] or 0),
-    recovered_at = tonumber(v[10] or 0), batches = v[11] or '', batch_count = tonumber(v[12] or 0)}
+    recovered_at = tonumber(v[10] or 0), batches = v[11] or '', batch_count = tonumber(v[12] or 0),
+    reporters = v[13] or false}
 end
 
 -- isolation_over: isolated for a set time that has passed.

@@ -189,12 +189,13 @@ local function relay(width0, buckets0)
 end
 
 -- The replicas as stored (replicas.lua), read as little as a Record
--- needs: raw, the replicas field (false: none); epoch from it, once
--- needed (false until then); reporters, the list it holds, once parsed
--- (false until then); the replica's own entry and the layout it was
--- written with. counts_changed: write tracked or epoch; heard_changed:
--- write the reporters.
+-- needs: raw, the window's replicas field (false: none); epoch from it,
+-- once needed (false until then); heard, the state's reporters field, and
+-- reporters, the list it holds, once parsed (false until then); the
+-- replica's own entry and the layout it was written with. counts_changed:
+-- write tracked or epoch; heard_changed: write the reporters.
 local raw, epoch, tracked, reporters = false, false, 0, false
+local heard = s.reporters
 local own_raw, own_width, own_buckets = false, WIDTH, BUCKETS
 local counts_changed, heard_changed = false, false
 
@@ -289,7 +290,7 @@ end
 local J = false
 if (OUTLIERS > 0 and (own_raw or tracked > 0 or bad)) or (adopt and raw) then
   epoch = tonumber(string.match(raw or '0 0', '^%d+ (%d+)'))
-  reporters = mod().reporters(raw)
+  reporters = mod().reporters(heard)
   R = MOD.rules({NOW = NOW, IDX = IDX, FROM = IDX - BUCKETS + 1, WIDTH = WIDTH, BUCKETS = BUCKETS,
     KEY_WINDOW = KEY_WINDOW, REPLICA = REPLICA, OUTLIERS = OUTLIERS, TRACKED_REPLICAS = tonumber(ARGV[22]),
     MIN_CALLS = MIN_CALLS, FAILURE_PERMILLE = FAILURE_PERMILLE, SLOW_PERMILLE = SLOW_PERMILLE,
@@ -398,26 +399,26 @@ if OUTLIERS > 0 and current then
   -- or the list full of replicas of this bucket, and change nothing.
   local capacity = 2 * OUTLIERS + 1
   local settled = false
-  if not reporters and raw then
+  if not reporters and heard then
     local tag = '|' .. int(IDX * WIDTH) .. ':'
-    if string.find(raw, tag .. REPLICA .. '|', 1, true) then
+    if string.find(heard, tag .. REPLICA .. '|', 1, true) then
       settled = true
     else
       local here, all, pos = 0, -1, 1
       repeat
-        pos = string.find(raw, tag, pos, true)
+        pos = string.find(heard, tag, pos, true)
         here, pos = here + (pos and 1 or 0), pos and pos + 1
       until not pos
       pos = 1
       repeat
-        pos = string.find(raw, '|', pos, true)
+        pos = string.find(heard, '|', pos, true)
         all, pos = all + (pos and 1 or 0), pos and pos + 1
       until not pos
       settled = here == capacity and all == capacity
     end
   end
   if not settled then
-    reporters = reporters or mod().reporters(raw)
+    reporters = reporters or mod().reporters(heard)
     local mine, oldest = false, false
     for i, rp in ipairs(reporters) do
       if rp.id == REPLICA then
@@ -568,6 +569,10 @@ if counted == 0 then
   end
   return reply(s, false, nil, stale, -1, 0, 0, 0)
 end
+-- The replicas heard outlive the generation.
+if heard_changed or (R and R.heard_changed) then
+  redis.call('HSET', KEY_STATE, 'reporters', mod().field(reporters))
+end
 if tr then
   -- The fleet tripped: the window started afresh with the generation.
   return reply(s, tr, nil, stale, -1, 0, 0, 0)
@@ -587,15 +592,14 @@ if R then
     fields[#fields + 1] = v
   end
   counts_changed = counts_changed or R.tracked ~= tracked
-  heard_changed = heard_changed or R.heard_changed
   tracked = R.tracked
 end
 -- A run's number changed matters only once there are replicas to judge.
-if heard_changed or (counts_changed and (raw or R)) or (relabel and raw) then
+if (counts_changed and (raw or R)) or (relabel and raw) then
   epoch = epoch or tonumber(string.match(raw or '0 0', '^%d+ (%d+)'))
-  local list = heard_changed and reporters
-  fields[#fields + 1], fields[#fields + 2] = 'replicas', mod().field(tracked, epoch, list, raw)
+  fields[#fields + 1], fields[#fields + 2] = 'replicas', int(tracked) .. ' ' .. int(epoch)
 end
+
 if #fields > 0 then
   redis.call('HSET', KEY_WINDOW, unpack(fields))
 end

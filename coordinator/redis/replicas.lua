@@ -11,11 +11,14 @@
 --                 added to the fleet's run number epoch, until (0: no
 --                 outlier) the end of its period, period that period,
 --                 since when its spell began
---   replicas      "<tracked> <epoch>|" then "<at>:<id>|" per reporter: how
---                 many replica: fields there are, the number of the
---                 fleet's run of failures (a success that ends a run
---                 starts the next), and the replicas heard last, each
---                 with the start of the bucket of its last Record (ms)
+--   replicas      "<tracked> <epoch>": how many replica: fields there are,
+--                 and the number of the fleet's run of failures (a
+--                 success that ends a run starts the next)
+--
+-- State hash field, which outlives generations: the replicas that record
+-- do not change with the breaker's state.
+--   reporters     "|" then "<at>:<id>|" per replica heard last, with the
+--                 start of the bucket of its last Record (ms)
 --
 -- A replica's ID holds no "|": the Go side escapes one that does, as "~"
 -- and its bytes in hex (replica.go).
@@ -46,9 +49,8 @@ local function replicas_module()
     return string.format('slow calls %d/%d >= %s', n, of, percent(c.SLOW_PERMILLE)) .. suffix
   end
 
-  -- reporters reads the reporters of a replicas field (false: none) as a
-  -- list of {id, at}, at the start of the bucket of each one's last
-  -- Record.
+  -- reporters reads a reporters field (false: none) as a list of {id,
+  -- at}, at the start of the bucket of each one's last Record.
   function mod.reporters(raw)
     local list = {}
     for at, id in string.gmatch(raw or '', '|(%d+):([^|]*)') do
@@ -57,14 +59,9 @@ local function replicas_module()
     return list
   end
 
-  -- field writes a replicas field: tracked, epoch and the reporters, a
-  -- list (or, if not, those of the replicas field raw).
-  function mod.field(tracked, epoch, list, raw)
-    local head = int(tracked) .. ' ' .. int(epoch) .. '|'
-    if not list then
-      return head .. (string.match(raw or '', '^%d+ %d+|(.*)$') or '')
-    end
-    local parts = {head}
+  -- field writes a reporters field of list.
+  function mod.field(list)
+    local parts = {'|'}
     for _, rp in ipairs(list) do
       parts[#parts + 1] = int(rp.at) .. ':' .. rp.id .. '|'
     end
