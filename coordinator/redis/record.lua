@@ -137,57 +137,6 @@ local relaid = {}
 -- from (false: it does not).
 local adopt, adopt_target = false, false
 
--- relay re-lays a window written with layout width0 x buckets0 into this
--- Record's, by time: the counts of each bucket live under the old layout
--- go to the bucket of this layout that holds the old bucket's last
--- millisecond (or now), so that they keep their age and leave the window
--- when this layout says, even while replicas of two layouts alternate;
--- counts that lie wholly before this layout's window have left it. Nothing
--- is counted twice. It sets the current bucket's counts, the others'
--- totals and the throttled requests, and fills relaid; the replicas'
--- own buckets are re-laid alike (adopt).
-local function relay(width0, buckets0)
-  local idx0 = math.floor(NOW / width0)
-  local function target(i)
-    local j = math.floor(math.min((i + 1) * width0 - 1, NOW) / WIDTH)
-    if i <= idx0 - buckets0 or i > idx0 or j <= IDX - BUCKETS then
-      return false
-    end
-    return j
-  end
-  local into, thr = {}, {}
-  local raw = redis.call('HGETALL', KEY_WINDOW)
-  for k = 1, #raw, 2 do
-    local i, t = tonumber(raw[k]), throttled_index(raw[k])
-    local j = target(i or t or -1)
-    if i and j then
-      local c, f, sl = parse(raw[k + 1])
-      local b = into[j] or {0, 0, 0}
-      into[j] = {b[1] + c, b[2] + f, b[3] + sl}
-    elseif t and j then
-      thr[j] = (thr[j] or 0) + tonumber(raw[k + 1])
-    end
-  end
-  adopt, adopt_target = raw, target
-  for j, b in pairs(into) do
-    if j == IDX then
-      calls, failures, slow = b[1], b[2], b[3]
-    else
-      other_calls, other_failures, other_slow = other_calls + b[1], other_failures + b[2], other_slow + b[3]
-      relaid[int(j)] = string.format('%d %d %d', b[1], b[2], b[3])
-    end
-  end
-  for j, n in pairs(thr) do
-    throttled_head = IDX
-    if j == IDX then
-      throttled = n
-    else
-      other_throttled = other_throttled + n
-      relaid['throttled:' .. int(j)] = int(n)
-    end
-  end
-end
-
 -- The replicas as stored (replicas.lua), read as little as a Record
 -- needs: raw, the window's replicas field (false: none); epoch from it,
 -- once needed (false until then); heard, the state's reporters field, and
@@ -220,7 +169,59 @@ if not s.newborn then
     if v[10] and not laid then
       -- Written with another layout: re-laid into this one, in a window
       -- started afresh. A window with no layout stored was written with
-      -- this one.
+      -- this one. (Defined here, where it runs: a Lua closure costs
+      -- every Record that makes it, used or not; replicas.lua says how
+      -- much.)
+      -- relay re-lays a window written with layout width0 x buckets0 into this
+      -- Record's, by time: the counts of each bucket live under the old layout
+      -- go to the bucket of this layout that holds the old bucket's last
+      -- millisecond (or now), so that they keep their age and leave the window
+      -- when this layout says, even while replicas of two layouts alternate;
+      -- counts that lie wholly before this layout's window have left it. Nothing
+      -- is counted twice. It sets the current bucket's counts, the others'
+      -- totals and the throttled requests, and fills relaid; the replicas'
+      -- own buckets are re-laid alike (adopt).
+      local function relay(width0, buckets0)
+        local idx0 = math.floor(NOW / width0)
+        local function target(i)
+          local j = math.floor(math.min((i + 1) * width0 - 1, NOW) / WIDTH)
+          if i <= idx0 - buckets0 or i > idx0 or j <= IDX - BUCKETS then
+            return false
+          end
+          return j
+        end
+        local into, thr = {}, {}
+        local raw = redis.call('HGETALL', KEY_WINDOW)
+        for k = 1, #raw, 2 do
+          local i, t = tonumber(raw[k]), throttled_index(raw[k])
+          local j = target(i or t or -1)
+          if i and j then
+            local c, f, sl = parse(raw[k + 1])
+            local b = into[j] or {0, 0, 0}
+            into[j] = {b[1] + c, b[2] + f, b[3] + sl}
+          elseif t and j then
+            thr[j] = (thr[j] or 0) + tonumber(raw[k + 1])
+          end
+        end
+        adopt, adopt_target = raw, target
+        for j, b in pairs(into) do
+          if j == IDX then
+            calls, failures, slow = b[1], b[2], b[3]
+          else
+            other_calls, other_failures, other_slow = other_calls + b[1], other_failures + b[2], other_slow + b[3]
+            relaid[int(j)] = string.format('%d %d %d', b[1], b[2], b[3])
+          end
+        end
+        for j, n in pairs(thr) do
+          throttled_head = IDX
+          if j == IDX then
+            throttled = n
+          else
+            other_throttled = other_throttled + n
+            relaid['throttled:' .. int(j)] = int(n)
+          end
+        end
+      end
       relay(tonumber(v[10]), tonumber(v[11]))
       relabel, tv, head = true, false, IDX
     elseif not head then
