@@ -102,15 +102,25 @@ type fleet struct {
 
 func (f *fleet) trip(scope string) {
 	f.t.Helper()
-	d := f.admit(scope)
-	out := make([]coordinator.Outcome, f.p.MinCalls)
+	if res := f.report(scope, "", true, f.p.MinCalls); res.Transition == nil {
+		f.t.Fatalf("tripping %q: %+v", scope, res)
+	}
+}
+
+// report has replica record n outcomes for scope in its current
+// generation, all failures or all successes.
+func (f *fleet) report(scope, replica string, failure bool, n int) coordinator.Result {
+	f.t.Helper()
+	gen := f.admit(scope).Generation
+	out := make([]coordinator.Outcome, n)
 	for i := range out {
-		out[i] = coordinator.Outcome{Generation: d.Generation, Failure: true}
+		out[i] = coordinator.Outcome{Generation: gen, Failure: failure}
 	}
-	res, err := f.c.Record(context.Background(), coordinator.RecordRequest{Scope: scope, Policy: f.p, Outcomes: out})
-	if err != nil || res.Transition == nil {
-		f.t.Fatalf("tripping %q: %+v, %v", scope, res, err)
+	res, err := f.c.Record(context.Background(), coordinator.RecordRequest{Scope: scope, Policy: f.p, Outcomes: out, Replica: replica})
+	if err != nil {
+		f.t.Fatalf("recording for %q: %v", scope, err)
 	}
+	return res
 }
 
 func (f *fleet) admit(scope string) coordinator.Decision {
@@ -184,15 +194,15 @@ func TestCLI(t *testing.T) {
 	gen := func(scope string) string { return strconv.FormatUint(f.generation(scope), 10) }
 	for scope, want := range map[string][]string{
 		"svc/pkg.S/Down": {"isolated", gen("svc/pkg.S/Down"), "0", "0", "0"},
-		"svc/pkg.S/Fine": {"closed", gen("svc/pkg.S/Fine"), "2", "1", "0", "-", "0", "-"},
+		"svc/pkg.S/Fine": {"closed", gen("svc/pkg.S/Fine"), "2", "1", "0", "-", "0", "0", "-"},
 		"svc/pkg.S/Trip": {"open", gen("svc/pkg.S/Trip"), "0", "0", "0"},
 	} {
 		if got := rows[scope]; len(got) < len(want)+1 || strings.Join(got[1:len(want)+1], " ") != strings.Join(want, " ") {
 			t.Errorf("list row of %s: %q; want it to start with %q\n%s", scope, got, want, r.stdout)
 		}
 	}
-	if got := rows["svc/pkg.S/Down"]; !strings.HasSuffix(strings.Join(got, " "), "0 by alice: payments outage") {
-		t.Errorf("list row of the isolated scope: %q; want its probes and note last", got)
+	if got := rows["svc/pkg.S/Down"]; !strings.HasSuffix(strings.Join(got, " "), "0 0 by alice: payments outage") {
+		t.Errorf("list row of the isolated scope: %q; want its probes, outliers and note last", got)
 	}
 	r = c.want(0, "", "", "list", "--json")
 	var list []snapshotJSON
@@ -416,4 +426,39 @@ func TestCLIShowThrottled(t *testing.T) {
 	}
 	c.want(0, "throttled:            2", "", "show", scope)
 	c.want(0, `"throttled": 2`, "", "show", scope, "--json")
+}
+
+// TestCLIShowsOutliers: show and list say which replicas of a scope the
+// coordinator found failing alone, since when and why; the fleet's
+// breaker stays closed.
+func TestCLIShowsOutliers(t *testing.T) {
+	srv := redistest.Start(t)
+	f := newFleet(t, srv.Client(t))
+	c := newCLI(t, srv.Addr())
+	scope := "ledger/Post"
+	f.report(scope, "pod-a", false, 5)
+	f.report(scope, "pod-b", true, f.p.ConsecutiveFailures)
+	reason := fmt.Sprintf("consecutive failures %d >= %d", f.p.ConsecutiveFailures, f.p.ConsecutiveFailures)
+	r := c.want(0, "outliers:             1", "", "show", scope)
+	if !strings.Contains(r.stdout, "outlier:              pod-b since ") || !strings.Contains(r.stdout, ": "+reason) {
+		t.Errorf("cbctl show printed:\n%s\nwant pod-b as an outlier, for %q", r.stdout, reason)
+	}
+	c.want(0, "closed", "", "show", scope)
+	r = c.want(0, `"replica": "pod-b"`, "", "show", scope, "--json")
+	var out struct {
+		State    string `json:"state"`
+		Outliers []struct {
+			Replica, Since, Until, Reason string
+		} `json:"outliers"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.State != "closed" || len(out.Outliers) != 1 || out.Outliers[0].Reason != reason || out.Outliers[0].Since == "" || out.Outliers[0].Until == "" {
+		t.Errorf("show --json: %+v; want closed, with pod-b an outlier", out)
+	}
+	r = c.want(0, "OUTLIERS", "", "list")
+	if !strings.Contains(r.stdout, scope) {
+		t.Errorf("cbctl list printed:\n%s\nwant %s", r.stdout, scope)
+	}
 }

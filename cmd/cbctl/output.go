@@ -37,10 +37,10 @@ func quoteScope(s string) string {
 
 func writeTable(w io.Writer, list []coordinator.Snapshot) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCOPE\tSTATE\tGEN\tCALLS\tFAILURES\tSLOW\tOPEN UNTIL\tPROBES\tNOTE")
+	fmt.Fprintln(tw, "SCOPE\tSTATE\tGEN\tCALLS\tFAILURES\tSLOW\tOPEN UNTIL\tPROBES\tOUTLIERS\tNOTE")
 	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", quoteScope(s.Scope), s.State, s.Generation,
-			s.Calls, s.Failures, s.Slow, formatTime(s.OpenUntil), s.ProbesInFlight, note(s))
+		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%s\n", quoteScope(s.Scope), s.State, s.Generation,
+			s.Calls, s.Failures, s.Slow, formatTime(s.OpenUntil), s.ProbesInFlight, len(s.Outliers), note(s))
 	}
 	return tw.Flush()
 }
@@ -82,6 +82,10 @@ func writeDetail(w io.Writer, s coordinator.Snapshot) error {
 	if t := s.LastTrip; !t.At.IsZero() {
 		row("last trip", fmt.Sprintf("%s gen %d: %s", formatTime(t.At), t.Generation, t.Reason))
 		row("window at the trip", fmt.Sprintf("%d calls, %d failures, %d slow", t.Calls, t.Failures, t.Slow))
+	}
+	row("outliers", len(s.Outliers))
+	for _, o := range s.Outliers {
+		row("outlier", fmt.Sprintf("%s since %s, until %s: %s", quoteScope(o.Replica), formatTime(o.Since), formatTime(o.Until), o.Reason))
 	}
 	if len(s.Policies) == 0 {
 		row("policy in force", "- (no Record in the last window)")
@@ -135,6 +139,9 @@ type snapshotJSON struct {
 	ForcedAt            string    `json:"forced_at,omitempty"`
 	Operator            *noteJSON `json:"operator,omitempty"`
 	LastTrip            *tripJSON `json:"last_trip,omitempty"`
+	// Outliers are the replicas found failing alone (Policy.Outliers),
+	// which reject their own calls while the fleet's breaker is closed.
+	Outliers []outlierJSON `json:"outliers,omitempty"`
 	// Policy is the policy in force, as the last Record carried it;
 	// absent when no Record came in the last window. PoliciesSeen counts
 	// the distinct policies Records carried in it: more than one, and
@@ -216,7 +223,18 @@ func toJSON(s coordinator.Snapshot) snapshotJSON {
 		out.LastTrip = &tripJSON{At: jsonTime(t.At), Reason: t.Reason, Generation: t.Generation,
 			Calls: t.Calls, Failures: t.Failures, Slow: t.Slow}
 	}
+	for _, o := range s.Outliers {
+		out.Outliers = append(out.Outliers, outlierJSON{Replica: o.Replica, Since: jsonTime(o.Since), Until: jsonTime(o.Until), Reason: o.Reason})
+	}
 	return out
+}
+
+// outlierJSON is a replica that the coordinator found failing alone.
+type outlierJSON struct {
+	Replica string `json:"replica"`
+	Since   string `json:"since"`
+	Until   string `json:"until"` // its period ends; then it probes
+	Reason  string `json:"reason"`
 }
 
 // tripJSON is why and when the breaker last opened by its rules.

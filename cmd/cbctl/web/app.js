@@ -233,6 +233,13 @@ function tile(row) {
     v.append(row.last_trip.reason + ' · ' + time(row.last_trip.at) + ' (', ago, ')');
     item('last trip', v);
   }
+  if (row.outliers && row.outliers.length > 0) {
+    // Replicas failing alone: each rejects its own calls while the fleet's
+    // breaker stays as it is.
+    const v = el('ul', 'outliers');
+    for (const o of row.outliers) v.append(el('li', null, o.replica + ' · ' + o.reason + ' · until ' + time(o.until)));
+    item(row.outliers.length === 1 ? 'outlier' : row.outliers.length + ' outliers', v).classList.add('outlier');
+  }
   if (row.operator) {
     item('note', (row.operator.by ? 'by ' + row.operator.by + ': ' : '') + row.operator.reason +
       (row.operator.for ? ' (for ' + row.operator.for + ')' : '') + (row.forced_at ? ' · ' + time(row.forced_at) : ''));
