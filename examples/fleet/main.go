@@ -1,9 +1,10 @@
 // Command fleet shows why the breaker is shared. Several replicas of a
-// service (goroutines here, each with its own Breaker, connection and, with
-// -redis, its own Redis client) call one dependency that fails. It runs
-// twice: once with one breaker shared by the whole fleet through one
-// coordinator, once with a breaker per replica, and prints how many failing
-// calls the dependency absorbed before every replica stopped calling it.
+// service (goroutines here, each with its own Breaker, replica ID,
+// connection and, with -redis, its own Redis client) call one dependency
+// that answers for a healthy spell, then fails every call. It runs twice:
+// once with one breaker shared by the whole fleet through one coordinator,
+// once with a breaker per replica, and prints how many failing calls the
+// dependency absorbed before every replica stopped calling it.
 //
 //	go run ./examples/fleet                       # one shared in-process coordinator
 //	go run ./examples/fleet -redis 127.0.0.1:6379 # the fleet shares a Redis
@@ -49,15 +50,21 @@ var (
 	master    = flag.String("master", "", "with -sentinel: the name of the master the Sentinels monitor")
 	replicas  = flag.Int("replicas", 8, "number of replicas")
 	every     = flag.Duration("every", 20*time.Millisecond, "time between one replica's calls")
+	healthy   = flag.Duration("healthy", 3*time.Second, "how long the dependency answers before it fails every call")
 )
 
-// dependency fails every call and counts those that reached it.
+// dependency answers until it is down, then fails every call and counts
+// those that reached it.
 type dependency struct {
 	testgrpc.UnimplementedTestServiceServer
+	down     atomic.Bool
 	absorbed atomic.Int64
 }
 
 func (d *dependency) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, error) {
+	if !d.down.Load() {
+		return &testpb.Empty{}, nil
+	}
 	d.absorbed.Add(1)
 	return nil, status.Error(codes.Unavailable, "overloaded")
 }
@@ -79,14 +86,17 @@ func main() {
 }
 
 func demo(ctx context.Context) error {
-	// The default policy: trip at 50% failures over at least 20 calls in
-	// the window. Stay open longer than the run, so no probe blurs the count.
+	// The default policy: trip on a run of 20 failures, judged without the
+	// replica that contributes most, or at 50% failures over at least 20
+	// calls in the window. Stay open longer than the run, so no probe
+	// blurs the count.
 	policy := coordinator.DefaultPolicy()
 	policy.OpenFor = time.Minute
 	policy.MaxOpenFor = 0
 
-	fmt.Printf("%d replicas, one call every %v each, against a dependency that fails every call.\n", *replicas, *every)
-	fmt.Printf("Policy: trip at %.0f%% failures over at least %d calls.\n\n", policy.FailureRatio*100, policy.MinCalls)
+	fmt.Printf("%d replicas, one call every %v each, against a dependency that answers for %v, then fails every call.\n", *replicas, *every, *healthy)
+	fmt.Printf("Policy: trip on a run of %d failures, or at %.0f%% failures over at least %d calls in %v.\n\n",
+		policy.ConsecutiveFailures, policy.FailureRatio*100, policy.MinCalls, policy.Window)
 
 	var shared func(i int) coordinator.Coordinator
 	what := "one in-process coordinator"
@@ -192,8 +202,9 @@ func redisClient() (func() *goredis.Client, string) {
 }
 
 // run starts the replicas with a coordinator each from coord, lets them
-// call until every one of them has been stopped by its breaker (or ctx is
-// done), and returns how many calls reached the dependency.
+// call through the healthy spell and then until every one of them has been
+// stopped by its breaker (or ctx is done), and returns how many failing
+// calls reached the dependency.
 func run(ctx context.Context, title string, policy coordinator.Policy, coord func(i int) coordinator.Coordinator) (int64, error) {
 	fmt.Println(title)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -207,13 +218,14 @@ func run(ctx context.Context, title string, policy coordinator.Policy, coord fun
 	defer srv.Stop()
 
 	start := time.Now()
+	time.AfterFunc(*healthy, func() { dep.down.Store(true) })
 	var wg sync.WaitGroup
 	stopped := make([]time.Duration, *replicas)
 	sent := make([]int, *replicas)
 	// Every Breaker is closed, its outcomes recorded, before run returns.
 	defer wg.Wait()
 	for i := range *replicas {
-		breaker, err := cbgrpc.New(coord(i), cbgrpc.WithPolicy(policy))
+		breaker, err := cbgrpc.New(coord(i), cbgrpc.WithPolicy(policy), cbgrpc.WithReplicaID(fmt.Sprintf("replica-%d", i)))
 		if err != nil {
 			return 0, err
 		}
@@ -233,18 +245,21 @@ func run(ctx context.Context, title string, policy coordinator.Policy, coord fun
 			defer conn.Close()
 			// Replicas start a little apart, as real ones do.
 			pause := time.Duration(i) * *every / time.Duration(*replicas)
-			for time.Since(start) < 30*time.Second {
+			for time.Since(start) < *healthy+30*time.Second {
 				select {
 				case <-ctx.Done():
 					return
 				case <-time.After(pause):
 				}
+				down := dep.down.Load()
 				_, err := client.EmptyCall(ctx, &testpb.Empty{})
 				if errors.Is(err, cbgrpc.ErrOpen) {
-					stopped[i] = time.Since(start)
+					stopped[i] = time.Since(start) - *healthy
 					return
 				}
-				sent[i]++
+				if down {
+					sent[i]++
+				}
 				pause = *every
 			}
 		}()
@@ -254,7 +269,7 @@ func run(ctx context.Context, title string, policy coordinator.Policy, coord fun
 		return 0, err
 	}
 	for i := range *replicas {
-		fmt.Printf("  replica %d: %3d calls reached the dependency, stopped by its breaker at %v\n", i, sent[i], stopped[i].Round(time.Millisecond))
+		fmt.Printf("  replica %d: %3d failing calls reached the dependency, stopped by its breaker %v after it went down\n", i, sent[i], stopped[i].Round(time.Millisecond))
 	}
 	fmt.Printf("  => %d failing calls absorbed\n\n", dep.absorbed.Load())
 	return dep.absorbed.Load(), nil

@@ -58,7 +58,7 @@ var deleted = regexp.MustCompile(`Deleted the (\d+) keys under "cbgrpc-fleet-\d+
 func TestFleetRedisDeletesItsKeys(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	cmd, stdout, stderr := example(t, "-redis", srv.Addr(), "-replicas", "4", "-every", "5ms")
+	cmd, stdout, stderr := example(t, "-redis", srv.Addr(), "-replicas", "4", "-every", "5ms", "-healthy", "300ms")
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("fleet -redis: %v\n%s\n%s", err, stdout, stderr)
 	}
