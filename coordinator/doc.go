@@ -19,6 +19,12 @@
 // lost or forgotten in between), and an outcome carries the generation it
 // was admitted under, so outcomes of an earlier generation never count.
 //
+// Every Record carries the replica it comes from ([RecordRequest]): a rule
+// trips the breaker for the fleet only if it still holds without the
+// Policy.Outliers replicas that contribute most to it, and a replica
+// failing alone is an [Outlier], which rejects its own calls for an open
+// period (docs/architecture.md has the rules).
+//
 // Optional interfaces add to that: [Watcher] (a feed of transitions, and
 // with [PolicyWatch] of policy changes), [Controller] (operators force a
 // breaker's state, and store an [Override] of the policy for one scope or

@@ -46,7 +46,8 @@
 // note_reason, note_for, noted_at; and for each policy Records carried
 // (coordinator.Snapshot.Policies), policy:<fingerprint> holding "<ms>
 // <source> <encoding>", at most [coordinator.RecentPolicies] of them. Times
-// are Unix milliseconds.
+// are Unix milliseconds. reporters holds the replicas heard last
+// (Policy.Outliers), which outlive generations.
 //
 // The window hash keeps its metadata and its buckets apart by the form of
 // the field name: metadata fields are words (generation: the generation
@@ -59,7 +60,9 @@
 // present only while the window holds some; and so is the layout the
 // buckets were written with (width: the bucket width in ms, buckets: how
 // many), which a Record under another layout re-lays (record.lua) and
-// every reader reads them with.
+// every reader reads them with; and the replicas that failed in the
+// generation, replica:<id>, with the fleet's run's number and their count
+// in replicas (replicas.lua).
 //
 // Closed state, its window and its batch IDs expire together a moment
 // after the window has passed (key TTLs are garbage collection only:
@@ -123,7 +126,8 @@
 // keep the operator's note in the state hash. [Coordinator.List] finds
 // every scope with SCAN (see its cost there).
 //
-// A retried Record cannot count twice when the caller marks it with
-// [coordinator.WithBatchID]: the last [coordinator.RecentBatches] batch IDs
-// of a scope are kept beside its state.
+// A retried Record cannot count twice when the caller names its batch
+// (RecordRequest.BatchID): the last [coordinator.RecentBatches] batch IDs
+// of a scope are kept beside its state. What the window keeps of the
+// replicas that record (Policy.Outliers) is in replicas.lua.
 package redis
