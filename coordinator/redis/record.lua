@@ -306,41 +306,6 @@ if (OUTLIERS > 0 and (own_raw or tracked > 0 or bad)) or (adopt and raw) then
   J = OUTLIERS > 0 and R
 end
 
--- plain says why rule holds with n of of on the counts as they are.
-local function plain(rule, n, of)
-  return mod().reason_of({CONSECUTIVE_FAILURES = CONSECUTIVE_FAILURES, FAILURE_PERMILLE = FAILURE_PERMILLE,
-    SLOW_PERMILLE = SLOW_PERMILLE}, rule, n, of, '')
-end
-
--- trip_reason says which rule holds for the fleet, checked in the order
--- consecutive failures, failure ratio, slow-call ratio; false when none
--- does. With R a rule holds only if it holds as well without the
--- replicas R leaves out, and the reason gives the counts without them.
-local function trip_reason()
-  if CONSECUTIVE_FAILURES > 0 and consecutive >= CONSECUTIVE_FAILURES then
-    local reason = (J and J.broad('run', consecutive, 0, epoch)) or (not J and plain('run', consecutive, 0))
-    if reason then
-      return reason
-    end
-  end
-  local all = other_calls + calls
-  if all < MIN_CALLS then
-    return false
-  end
-  local failed, slowed = other_failures + failures, other_slow + slow
-  -- integer math: 0.5 must trip at exactly 2 of 4
-  if FAILURE_PERMILLE > 0 and failed * 1000 >= FAILURE_PERMILLE * all then
-    local reason = (J and J.broad('failures', failed, all, epoch)) or (not J and plain('failures', failed, all))
-    if reason then
-      return reason
-    end
-  end
-  if SLOW_PERMILLE > 0 and slowed * 1000 >= SLOW_PERMILLE * all then
-    return (J and J.broad('slow', slowed, all, epoch)) or (not J and plain('slow', slowed, all))
-  end
-  return false
-end
-
 -- The batch is remembered with whatever this Record saves, a trip
 -- included; a Record that counts nothing saves nothing.
 if BATCH ~= '' then
@@ -452,16 +417,40 @@ if OUTLIERS > 0 and current then
   end
 end
 
--- check trips the breaker for the fleet if a rule holds, or else makes
--- the replica an outlier if its own outcomes trip one.
+-- check trips the breaker for the fleet if a rule holds, checked in the
+-- order consecutive failures, failure ratio, slow-call ratio, or else
+-- makes the replica an outlier if its own outcomes trip one. With J a rule
+-- holds for the fleet only if it holds as well without the replicas J
+-- leaves out, and the reason gives the counts without them. (One closure:
+-- each costs every Record that makes it, by what it captures.)
 local function check()
   if s.state == DISABLED then
     return
   end
-  local reason = trip_reason()
+  local all, failed, slowed = other_calls + calls, other_failures + failures, other_slow + slow
+  -- reason: true while a plain rule holds (no J), whose reason is made
+  -- once, below.
+  local rule, n, of, reason = false, 0, 0, false
+  if CONSECUTIVE_FAILURES > 0 and consecutive >= CONSECUTIVE_FAILURES then
+    rule, n, of = 'run', consecutive, 0
+    reason = not J or J.broad(rule, n, of, epoch)
+  end
+  -- integer math: 0.5 must trip at exactly 2 of 4
+  if not reason and all >= MIN_CALLS and FAILURE_PERMILLE > 0 and failed * 1000 >= FAILURE_PERMILLE * all then
+    rule, n, of = 'failures', failed, all
+    reason = not J or J.broad(rule, n, of, epoch)
+  end
+  if not reason and all >= MIN_CALLS and SLOW_PERMILLE > 0 and slowed * 1000 >= SLOW_PERMILLE * all then
+    rule, n, of = 'slow', slowed, all
+    reason = not J or J.broad(rule, n, of, epoch)
+  end
+  if reason == true then
+    reason = mod().reason_of({CONSECUTIVE_FAILURES = CONSECUTIVE_FAILURES, FAILURE_PERMILLE = FAILURE_PERMILLE,
+      SLOW_PERMILLE = SLOW_PERMILLE}, rule, n, of, '')
+  end
   if reason then
     open(s, OPEN_FOR)
-    tripped(s, reason, other_calls + calls, other_failures + failures, other_slow + slow)
+    tripped(s, reason, all, failed, slowed)
     tr = transition(s, CLOSED, reason)
     return
   end
@@ -469,7 +458,7 @@ local function check()
     reason = J.own_reason()
     if reason then
       calls, failures, slow, other_calls, other_failures, other_slow, consecutive =
-        R.isolate(reason, calls, failures, slow, other_calls, other_failures, other_slow, consecutive, epoch)
+        J.isolate(reason, calls, failures, slow, other_calls, other_failures, other_slow, consecutive, epoch)
     end
   end
 end
