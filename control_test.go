@@ -88,7 +88,7 @@ func TestShortenedIsolationReachesTheCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the hour's isolation heard on the feed", func() bool {
-		f := b.known.use("s", time.Now())
+		f, _ := b.known.use("s", time.Now())
 		return f.state == coordinator.StateIsolated && time.Until(f.until) > 30*time.Minute
 	})
 	if _, err := c.Isolate(ctx, "s", p, coordinator.Note{By: "ops", Reason: "almost done", For: 200 * time.Millisecond}); err != nil {

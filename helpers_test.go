@@ -360,3 +360,9 @@ func memoryWith(t testing.TB, clk *coordinatortest.Clock) (*memory.Coordinator, 
 	m := memory.New(memory.WithClock(clk.Now))
 	return m, newTestCoordinator(t, m)
 }
+
+// factOf is what b's table knows of scope now.
+func factOf(b *Breaker, scope string) fact {
+	f, _ := b.known.use(scope, time.Now())
+	return f
+}

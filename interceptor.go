@@ -262,6 +262,9 @@ type ticket struct {
 	// urgent: the outcome goes to the coordinator at once (an outlier's
 	// probe, outlier.go).
 	urgent bool
+	// row is the scope's row of the table when the call was admitted
+	// (nil: none), whose run of failures a success ends (verdict.go).
+	row *known
 }
 
 // scopeOf returns the scope of a call, "" when it is not protected.
@@ -290,7 +293,20 @@ func (b *Breaker) admit(ctx context.Context, scope, method string) (ticket, erro
 
 	now := time.Now()
 	c := call{scope: scope, method: method, start: now}
-	f := b.known.use(scope, now)
+	f, row := b.known.use(scope, now)
+	if b.awaitVerdict(ctx, row) {
+		now = time.Now()
+		f, row = b.known.use(scope, now)
+	}
+	t, err := b.decide(ctx, c, f, now)
+	t.row = row
+	return t, err
+}
+
+// decide decides call c from f, what the table knew of its scope at now,
+// asking the coordinator when f does not answer.
+func (b *Breaker) decide(ctx context.Context, c call, f fact, now time.Time) (ticket, error) {
+	scope, method := c.scope, c.method
 	if t, err, ok := b.admitOutlier(ctx, c, f); ok {
 		return t, err
 	}
@@ -396,18 +412,22 @@ func (b *Breaker) finish(ctx context.Context, t ticket, method string, err error
 	case t.fate == unadmitted:
 		b.tel.drop(t.scope, dropUnadmitted, 1)
 		return class
-	case class == Failure:
-		// A failure seen here may be the start of a trip: until the
-		// coordinator answers again, this scope's admissions ask it, so
-		// that a failing dependency is not fed from the table while the
-		// news of the trip travels.
-		b.known.suspect(t.scope)
 	}
 	it := item{
 		scope:   t.scope,
 		outcome: coordinator.Outcome{Generation: t.gen, Failure: class == Failure, Duration: d},
 		caller:  trace.SpanContextFromContext(ctx),
 		urgent:  t.urgent,
+	}
+	if class == Failure {
+		// A failure seen here may be the start of a trip: until the
+		// coordinator answers again, this scope's admissions ask it, so
+		// that a failing dependency is not fed from the table while the
+		// news of the trip travels; and it may make this replica's run
+		// long enough to wait for a verdict (verdict.go).
+		it.verdict = b.known.failed(t.scope)
+	} else {
+		t.row.succeeded()
 	}
 	if t.fate == probing {
 		it.claim = t.claim

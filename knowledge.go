@@ -62,6 +62,11 @@ type known struct {
 	// so that it hears this replica soon (introduce); guarded by
 	// knowledge.mu.
 	heard bool
+	// run is this replica's run of failed calls of the scope, and
+	// verdict, once the run is long enough, the coordinator's answer its
+	// calls wait for (verdict.go).
+	run     atomic.Int64
+	verdict atomic.Pointer[verdict]
 }
 
 // fact is what the coordinator last said about a scope.
@@ -105,10 +110,10 @@ func newKnowledge(maxAge, idle time.Duration, code coordinator.Policy) *knowledg
 	return k
 }
 
-// use marks a call of scope at now and returns what is known of it. It is
-// on every protected call's path: a read lock and no allocation for a scope
-// the table holds.
-func (k *knowledge) use(scope string, now time.Time) fact {
+// use marks a call of scope at now and returns what is known of it, and
+// its row. It is on every protected call's path: a read lock and no
+// allocation for a scope the table holds.
+func (k *knowledge) use(scope string, now time.Time) (fact, *known) {
 	k.mu.RLock()
 	e := k.scopes[scope]
 	var f fact
@@ -128,7 +133,7 @@ func (k *knowledge) use(scope string, now time.Time) fact {
 		}
 		k.mu.Unlock()
 	}
-	return f
+	return f, e
 }
 
 // row returns scope's row, making it if needed, as used never: only a
@@ -313,17 +318,6 @@ func newer(f, old fact) bool {
 	}
 	return !(f.state == coordinator.StateOpen && old.state == coordinator.StateHalfOpen) &&
 		!(f.state == coordinator.StateDisabled && old.state == coordinator.StateClosed)
-}
-
-// suspect makes scope's next admission ask the coordinator: this process
-// saw one of its calls fail, which may be the start of a trip whose news
-// is still on its way.
-func (k *knowledge) suspect(scope string) {
-	k.mu.Lock()
-	if e := k.scopes[scope]; e != nil && admitsAll(e.state) {
-		e.checked = time.Time{}
-	}
-	k.mu.Unlock()
 }
 
 // forget drops the scopes with no call since idle before now whose known

@@ -61,7 +61,7 @@ func TestKnowledgeKeepsTheOpenPeriodTheAnswerGives(t *testing.T) {
 	now := time.Now()
 	k.live.Store(1)
 	k.learn(1, "s", answer{state: open, gen: 7, retryAfter: 2 * time.Second}, now)
-	f := k.use("s", now)
+	f, _ := k.use("s", now)
 	if !f.until.Equal(now.Add(2 * time.Second)) {
 		t.Errorf("until %v; want now + 2s", f.until.Sub(now))
 	}
@@ -94,11 +94,11 @@ func TestKnowledgeTrustsOnlyTheLiveFeed(t *testing.T) {
 		t.Fatalf("begin once followed: epoch %d; want 1", epoch)
 	}
 	k.learn(epoch, "s", answer{state: open, gen: 3, retryAfter: time.Minute}, now)
-	if f := k.use("s", now); !k.answers(f, now) {
+	if f, _ := k.use("s", now); !k.answers(f, now) {
 		t.Fatal("an open answer on the live feed does not decide admissions")
 	}
 	k.disconnected(1)
-	if f := k.use("s", now); k.answers(f, now) {
+	if f, _ := k.use("s", now); k.answers(f, now) {
 		t.Error("an answer of a dead feed decides admissions")
 	}
 	if _, ok := k.notClosed("s"); !ok {
@@ -108,7 +108,7 @@ func TestKnowledgeTrustsOnlyTheLiveFeed(t *testing.T) {
 	// serves admissions: a transition made in between could be unheard.
 	k.connected(2, nil)
 	k.learn(0, "s", answer{state: closed, gen: 4}, now)
-	if f := k.use("s", now); k.answers(f, now) {
+	if f, _ := k.use("s", now); k.answers(f, now) {
 		t.Error("an answer to a question asked before the feed followed the scope decides admissions")
 	}
 }

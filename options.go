@@ -239,7 +239,9 @@ func WithCoordinatorFailure(p FailurePolicy) Option {
 }
 
 // WithCoordinatorTimeout bounds how long a call waits for its admission,
-// and each Record or Settle. The default is [DefaultCoordinatorTimeout].
+// and each Record or Settle; and how long the calls of a replica whose own
+// calls failed in a row as often as trips a rule wait for the
+// coordinator's verdict on it. The default is [DefaultCoordinatorTimeout].
 // The bound holds even when the coordinator ignores context deadlines (a
 // go-redis client without ContextTimeoutEnabled): the call stops waiting
 // and the coordinator's answer, when it comes, is discarded.

@@ -167,7 +167,7 @@ func TestOutlierProbesAloneAfterItsPeriod(t *testing.T) {
 	clk.Advance(p.OpenFor)
 	var until time.Time
 	eventually(t, "the period to end", func() bool {
-		until = bad.known.use(scope, time.Now()).outlier.until
+		until = factOf(bad, scope).outlier.until
 		return time.Now().After(until)
 	})
 	ctx := context.Background()
@@ -182,7 +182,7 @@ func TestOutlierProbesAloneAfterItsPeriod(t *testing.T) {
 	records := tc.records.Load()
 	bad.finish(ctx, probe, testMethod, nil)
 	eventually(t, "the probe's outcome, sent at once", func() bool { return tc.records.Load() > records })
-	eventually(t, "the spell's end", func() bool { return !bad.known.use(scope, time.Now()).outlier.of(bad.known.use(scope, time.Now())) })
+	eventually(t, "the spell's end", func() bool { return !factOf(bad, scope).outlier.of(factOf(bad, scope)) })
 	for range 3 {
 		if err := callOnce(bad, scope, nil); err != nil {
 			t.Errorf("bad's call after its probe succeeded: %v", err)

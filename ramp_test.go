@@ -155,7 +155,7 @@ func TestRedisRampInStep(t *testing.T) {
 	}
 	for _, b := range early {
 		eventually(t, "the recovery heard on the feed", func() bool {
-			f := b.known.use(scope, time.Now())
+			f := factOf(b, scope)
 			return f.state == coordinator.StateClosed && !f.rampEnd.IsZero()
 		})
 	}
@@ -164,7 +164,7 @@ func TestRedisRampInStep(t *testing.T) {
 	client.EmptyCall(ctx, &testpb.Empty{}) // asks the coordinator, which says what is left
 	ends := []time.Time{}
 	for _, b := range append(early, late) {
-		ends = append(ends, b.known.use(scope, time.Now()).rampEnd)
+		ends = append(ends, factOf(b, scope).rampEnd)
 	}
 	want := closedAt.Add(p.RampFor)
 	for i, end := range ends {

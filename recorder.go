@@ -28,6 +28,9 @@ type item struct {
 	outcome coordinator.Outcome
 	caller  trace.SpanContext // the call's span, to parent or link transition spans
 	urgent  bool              // an outlier's probe: it goes at once, as a failure does
+	// verdict, when set, is released once the Record carrying the outcome
+	// has returned, or the outcome was dropped (verdict.go).
+	verdict *verdict
 }
 
 // batch is what the recorder holds for one scope.
@@ -35,8 +38,11 @@ type batch struct {
 	outcomes []coordinator.Outcome
 	// callers are the span contexts of the calls of outcomes, one each; nil
 	// while none of them was traced.
-	callers  []trace.SpanContext
-	urgent   bool // holds a failure: send as soon as nothing is in flight
+	callers []trace.SpanContext
+	urgent  bool // holds a failure: send as soon as nothing is in flight
+	// verdicts are the verdicts outcomes of the batch carry, each with
+	// the outcome's index.
+	verdicts []heldVerdict
 	inflight bool // a Record of this scope is running
 	// calmFor is, when the last Record's answer left the scope calm
 	// (pace.go), how long successes alone may wait, counted from since,
@@ -44,6 +50,12 @@ type batch struct {
 	// policy; 0 when not calm.
 	calmFor time.Duration
 	since   time.Time
+}
+
+// heldVerdict is a verdict and the index of its outcome in a batch.
+type heldVerdict struct {
+	v  *verdict
+	at int
 }
 
 // recordDone is what a Record tells the loop when it returns.
@@ -118,6 +130,7 @@ func (r *recorder) add(it item) {
 	}
 	if r.closed {
 		r.b.tel.drop(it.scope, dropClosed, 1)
+		it.verdict.release()
 		return
 	}
 	r.wmu.Lock()
@@ -132,6 +145,7 @@ func (r *recorder) add(it item) {
 	if len(list) >= r.b.cfg.queueSize {
 		r.wmu.Unlock()
 		r.b.tel.drop(it.scope, dropQueueFull, 1)
+		it.verdict.release()
 		return
 	}
 	list = append(list, it)
@@ -235,6 +249,7 @@ func (r *recorder) take(it item) {
 	}
 	if len(bt.outcomes) >= r.b.cfg.queueSize {
 		r.b.tel.drop(it.scope, dropQueueFull, 1)
+		it.verdict.release()
 		return
 	}
 	if len(bt.outcomes) == 0 {
@@ -244,6 +259,9 @@ func (r *recorder) take(it item) {
 		bt.callers = make([]trace.SpanContext, len(bt.outcomes), cap(bt.outcomes))
 	}
 	bt.outcomes = append(bt.outcomes, it.outcome)
+	if it.verdict != nil {
+		bt.verdicts = append(bt.verdicts, heldVerdict{v: it.verdict, at: len(bt.outcomes) - 1})
+	}
 	if bt.callers != nil {
 		bt.callers = append(bt.callers, it.caller)
 	}
@@ -296,6 +314,16 @@ func (r *recorder) send(scope string, bt *batch) {
 		copy(callers, bt.callers)
 		bt.callers = append(bt.callers[:0], bt.callers[n:]...)
 	}
+	var verdicts []*verdict
+	kept := bt.verdicts[:0]
+	for _, h := range bt.verdicts {
+		if h.at < n {
+			verdicts = append(verdicts, h.v)
+		} else {
+			kept = append(kept, heldVerdict{v: h.v, at: h.at - n})
+		}
+	}
+	bt.verdicts = kept
 	bt.urgent = false
 	for _, o := range bt.outcomes {
 		if o.Failure {
@@ -309,6 +337,9 @@ func (r *recorder) send(scope string, bt *batch) {
 	go func() {
 		defer r.wg.Done()
 		calmFor := r.record(scope, outcomes, callers)
+		for _, v := range verdicts {
+			v.release()
+		}
 		select {
 		case r.done <- recordDone{scope: scope, calmFor: calmFor}:
 		case <-r.stopped:
@@ -354,6 +385,7 @@ func (r *recorder) settle(it item) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
+		defer it.verdict.release()
 		b := r.b
 		if b.health.inBackoff() {
 			b.tel.drop(it.scope, dropBackoff, 1)
@@ -412,6 +444,9 @@ func (r *recorder) flush() {
 			for scope, bt := range r.batches {
 				if n := len(bt.outcomes); n > 0 {
 					r.b.tel.drop(scope, dropClosed, n)
+				}
+				for _, h := range bt.verdicts {
+					h.v.release()
 				}
 			}
 			return

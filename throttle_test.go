@@ -89,7 +89,7 @@ func TestThrottledCallIsRejectedAndCounted(t *testing.T) {
 		t.Fatalf("the first call, before any Record answer: %v", err)
 	}
 	eventually(t, "the Record answer to be learned", func() bool {
-		return b.known.use(scope, time.Now()).window.throttled == 1000
+		return factOf(b, scope).window.throttled == 1000
 	})
 
 	reached := svc.calls.Load()
