@@ -33,10 +33,11 @@ func TestFleetSmoke(t *testing.T) {
 		t.Errorf("%.2f scripts per replica-scope-second for %.1f calls: want at most one per call", row.ScriptsPerRSS, row.CallsPerRSS)
 	}
 
-	// The window held the successes of the warm-up, so the trip needed
-	// at least MinCalls failures and as many as those successes; every
-	// failure it held was absorbed before the replicas rejected.
-	minCalls := float64(coordinator.DefaultPolicy().MinCalls)
+	// The trip needed a run of ConsecutiveFailures failures (or, by the
+	// ratio, at least MinCalls and as many as the warm-up's successes);
+	// every failure it counted was absorbed before the replicas rejected.
+	p := coordinator.DefaultPolicy()
+	minCalls := float64(min(p.MinCalls, p.ConsecutiveFailures))
 	if row.Trips < cfg.Scopes || row.Unheard != 0 {
 		t.Errorf("%d trips, %d not heard by every replica: want every scope tripped and heard", row.Trips, row.Unheard)
 	}
@@ -44,7 +45,7 @@ func TestFleetSmoke(t *testing.T) {
 		t.Errorf("%d scopes rejected by every replica, %d not: want all %d", row.StoppedScopes, row.UnstoppedScopes, cfg.Scopes)
 	}
 	if row.NeededPerScope < minCalls || row.AbsorbedPerScope < row.NeededPerScope {
-		t.Errorf("absorbed %.1f failing calls per scope, window failures at the trip %.1f: want MinCalls (%v) <= window <= absorbed",
+		t.Errorf("absorbed %.1f failing calls per scope, window failures at the trip %.1f: want %v <= window <= absorbed",
 			row.AbsorbedPerScope, row.NeededPerScope, minCalls)
 	}
 	// A replica hears of a trip within a round trip (the feed, or its own

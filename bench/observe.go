@@ -173,8 +173,8 @@ type tripResults struct {
 	propagation []time.Duration
 	// Detection, over each scope's first trip: the scopes every replica
 	// stopped calling (rejected a call), the failing calls they made
-	// before that (absorbed), and the failures the window held when it
-	// tripped (needed, from the transition's reason; 0 when the reason
+	// before that (absorbed), and the failures that tripped it (needed,
+	// from the transition's reason, windowFailures; 0 when the reason
 	// does not say). unstopped counts the tripped scopes some replica
 	// never rejected, left out of the sums.
 	scopes, unstopped int
@@ -213,12 +213,23 @@ func (o *observer) results(until time.Time, replicas []*replica) tripResults {
 		}
 		res.scopes++
 		res.absorbed += absorbed
-		var failures, calls int64
-		if n, _ := fmt.Sscanf(t.reason, "failures %d/%d", &failures, &calls); n == 2 {
-			res.needed += failures
-		}
+		res.needed += windowFailures(t.reason)
 	}
 	return res
+}
+
+// windowFailures is the failures that tripped a rule, from a trip's
+// reason: "failures 20/20 >= 50%" or "consecutive failures 20 >= 20"
+// (either maybe followed by ", leaving out ..."); 0 for another reason.
+func windowFailures(reason string) int64 {
+	var failures, of int64
+	if n, _ := fmt.Sscanf(reason, "failures %d/%d", &failures, &of); n == 2 {
+		return failures
+	}
+	if n, _ := fmt.Sscanf(reason, "consecutive failures %d >= %d", &failures, &of); n == 2 {
+		return failures
+	}
+	return 0
 }
 
 // lastHeard returns when the last replica learned that the trip's scope

@@ -49,6 +49,18 @@ func TestTripResults(t *testing.T) {
 		t.Errorf("%d scopes stopped, %d not, absorbed %d, needed %d: want 1, 0, 24, 20", res.scopes, res.unstopped, res.absorbed, res.needed)
 	}
 
+	for reason, want := range map[string]int64{
+		"failures 20/20 >= 50%":                                20,
+		"consecutive failures 23 >= 20, leaving out 1 replica": 23,
+		"failures 31/40 >= 50%, leaving out 2 replicas":        31,
+		"consecutive failures 20 >= 20":                        20,
+		"probe failed":                                         0,
+	} {
+		if got := windowFailures(reason); got != want {
+			t.Errorf("windowFailures(%q) = %d; want %d", reason, got, want)
+		}
+	}
+
 	replicas[1].byScope[scope].stopped = false
 	res = o.results(us(9000), replicas)
 	if res.trips != 3 || res.unheard != 1 || res.scopes != 0 || res.unstopped != 1 {
