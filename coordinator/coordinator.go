@@ -43,13 +43,15 @@ type Coordinator interface {
 	// Snapshot.Policies: stale or not, whatever the state, since it tells
 	// what the replica runs, not what was counted. A Record that counts
 	// outcomes under another Window or Buckets than the window was written
-	// with first re-lays the window by time: the counts of each bucket
-	// live under the old layout go to the bucket of the policy's layout
-	// that holds the old bucket's last millisecond (or now), so that none
-	// is counted twice and each keeps its age, leaving the window when the
-	// new layout says, even while replicas of two layouts record in turn;
-	// counts wholly before the new window have left it. The generation and
-	// the run of failures stay.
+	// with counts them in the window's layout while a Record of that
+	// layout counted in a bucket that started within a window of it (its replicas still record, as
+	// in a rolling deploy): every count keeps its age exactly. Once none
+	// did, it first re-lays the window by time into its own layout: the
+	// counts of each bucket live under the old layout go to the bucket of
+	// the policy's layout that holds the old bucket's first millisecond,
+	// so that none is counted twice and none moves later than it was
+	// counted; counts whose bucket starts before the new window have left
+	// it. The generation and the run of failures stay.
 	Record(ctx context.Context, r RecordRequest) (Result, error)
 
 	// Settle reports the outcome of the probe admitted with claim. A claim

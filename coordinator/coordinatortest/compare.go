@@ -93,6 +93,7 @@ const (
 	pathRamping
 	pathThrottled
 	pathReLaid
+	pathOtherLayout
 	pathPoliciesSeen
 	pathOutlierFound
 	pathOutlierStale
@@ -124,7 +125,7 @@ var pathNames = [numPaths]string{
 	"opened", "admitted", "rejected while open", "rejected at the probe limit", "lease expired",
 	"settled success", "settled failure", "closed again", "stale outcome", "stale settle",
 	"born again after forgetting", "born above a generation seen", "admitted while ramping", "throttled counted",
-	"window re-laid", "policies seen > 1",
+	"window re-laid", "counted in another layout", "policies seen > 1",
 	"outlier found", "outlier's outcomes stale", "outlier's probe failed", "outlier's probe succeeded",
 	"tripped leaving out replicas", "outliers listed", "more replicas failed than tracked", "pushed open", "lost state", "fenced after a loss",
 	"rejected while isolated", "isolated", "isolation ended", "released", "disabled", "counted while disabled", "enabled",
@@ -229,10 +230,13 @@ type cmpScope struct {
 	// gen is the generation of the last answer about alias; 0 before the
 	// first.
 	gen uint64
-	// laid is the policy of the last Record that counted, in generation
-	// laidGen: the layout its window was written with.
+	// laid is the policy of the Record that laid the window out, in
+	// generation laidGen, and laidAt the start of the last bucket a
+	// Record of its layout counted in: the layout its window is written
+	// with.
 	laid    coordinator.Policy
 	laidGen uint64
+	laidAt  time.Time
 }
 
 // call is one admitted call.
@@ -294,7 +298,11 @@ func (d *driver) run(steps int) {
 		case n < 49:
 			d.record(s)
 		case n < 50:
-			d.crowd(s)
+			if d.rng.IntN(2) == 0 {
+				d.crowd(s)
+			} else {
+				d.rollout(s)
+			}
 		case n < 54:
 			d.retryBatch(s)
 		case n < 66:

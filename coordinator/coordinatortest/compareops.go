@@ -221,13 +221,22 @@ func (d *driver) send(b *batch) {
 	d.note("record s%d batch %q from %q%s %v (+%d lost) -> %s", s.index, b.id, b.replica, alt, refOuts, lost, showResult(rr))
 	d.noErr("Record", refErr, sutErr)
 	d.sameResult(s, fmt.Sprintf("Record(batch %q, %d outcomes%s)", b.id, len(sutOuts), alt), rr, sr, lost)
-	if rr.Stale < len(refOuts) {
-		// Counted, so written with b's layout: re-laid if the window was
+	if rr.Stale < len(refOuts) && rr.Transition == nil {
+		// Counted: into the window's layout while a Record of it counted
+		// within a window of it, else in b's, re-laid if the window was
 		// written with another in this generation.
-		if s.laidGen == rr.Generation && (s.laid.Window != b.p.Window || s.laid.Buckets != b.p.Buckets) {
+		now := d.clock.Now()
+		// The start of the bucket of now, in b's layout.
+		start := time.UnixMilli(now.UnixMilli() / b.p.BucketWidth().Milliseconds() * b.p.BucketWidth().Milliseconds())
+		switch other := s.laid.Window != b.p.Window || s.laid.Buckets != b.p.Buckets; {
+		case s.laidGen == rr.Generation && other && now.Sub(s.laidAt) < s.laid.Window:
+			d.hit(pathOtherLayout)
+		case s.laidGen == rr.Generation && other:
 			d.hit(pathReLaid)
+			s.laid, s.laidAt = b.p, start
+		default:
+			s.laid, s.laidGen, s.laidAt = b.p, rr.Generation, start
 		}
-		s.laid, s.laidGen = b.p, rr.Generation
 	}
 	if rr.Stale > 0 {
 		d.hit(pathStaleOutcome)
@@ -480,17 +489,42 @@ func (d *driver) crowd(s *cmpScope) {
 	for i := range n {
 		b := &batch{s: s, p: s.p, replica: fmt.Sprintf("crowd-%02d", (i*7)%n)}
 		for j := range 4 {
-			d.next++
-			claim := fmt.Sprintf("claim-%d", d.next)
-			d.admitClaim(context.Background(), s, claim, nil)
-			c := pick(d, d.calls, s, func(c *call) bool { return c.claim == claim && !c.probe })
+			c := d.admitOne(s)
 			if c == nil {
-				return // rejected, or a probe: the scope is not closed
+				return
 			}
-			d.calls = remove(d.calls, c)
 			b.calls = append(b.calls, c)
 			b.outs = append(b.outs, coordinator.Outcome{Failure: j == 3})
 		}
 		d.send(b)
 	}
+}
+
+// rollout has every replica of s run the other policy for longer than a
+// window of either layout: one records a success under it every 100ms,
+// so that the window's layout, once no Record of it has counted for a
+// window of it, gives way to the other's.
+func (d *driver) rollout(s *cmpScope) {
+	d.note("rollout of s%d to %v/%d", s.index, s.alt.Window, s.alt.Buckets)
+	for range (max(s.p.Window, s.alt.Window) / (100 * time.Millisecond)) + 2 {
+		d.clock.Advance(100 * time.Millisecond)
+		c := d.admitOne(s)
+		if c == nil {
+			return
+		}
+		d.send(&batch{s: s, p: s.alt, replica: "rollout", calls: []*call{c}, outs: []coordinator.Outcome{{}}})
+	}
+}
+
+// admitOne admits a call of s under a claim of its own, for a batch:
+// nil when it is rejected, or a probe (the scope is not closed).
+func (d *driver) admitOne(s *cmpScope) *call {
+	d.next++
+	claim := fmt.Sprintf("claim-%d", d.next)
+	d.admitClaim(context.Background(), s, claim, nil)
+	c := pick(d, d.calls, s, func(c *call) bool { return c.claim == claim && !c.probe })
+	if c != nil {
+		d.calls = remove(d.calls, c)
+	}
+	return c
 }

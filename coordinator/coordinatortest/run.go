@@ -87,13 +87,13 @@ var rules = []struct {
 	{"ThrottledCountsAsARequestNotACall", testThrottledCountsAsARequestNotACall},
 	{"ThrottledLeavesTheWindowAndGoesStale", testThrottledLeavesTheWindowAndGoesStale},
 	// layout.go
-	{"LayoutGrowingKeepsTheCounts", testLayoutGrowingKeepsTheCounts},
+	{"LayoutStaysWhileItsReplicasRecord", testLayoutStaysWhileItsReplicasRecord},
+	{"LayoutTakesOverOnceItsReplicasAreGone", testLayoutTakesOverOnceItsReplicasAreGone},
 	{"LayoutShrinkingKeepsWhatTheNewWindowHolds", testLayoutShrinkingKeepsWhatTheNewWindowHolds},
-	{"ReLaidCountsKeepTheirAge", testReLaidCountsKeepTheirAge},
-	{"AlternatingLayoutsLetCountsLeave", testAlternatingLayoutsLetCountsLeave},
+	{"AlternatingLayoutsKeepTheWindowSliding", testAlternatingLayoutsKeepTheWindowSliding},
 	{"SnapshotReadsTheStoredLayout", testSnapshotReadsTheStoredLayout},
 	{"AlternatingLayoutsNeverCountTwice", testAlternatingLayoutsNeverCountTwice},
-	{"TripOnReLaidCounts", testTripOnReLaidCounts},
+	{"TripUnderAnotherLayout", testTripUnderAnotherLayout},
 	// breadth.go
 	{"BreadthLoneReplicaIsItsOwnFleet", testBreadthLoneReplicaIsItsOwnFleet},
 	{"BreadthOneReplicaFailingAloneNeverTripsTheFleet", testBreadthOneReplicaFailingAloneNeverTripsTheFleet},

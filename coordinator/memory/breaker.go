@@ -59,8 +59,10 @@ type breaker struct {
 	leases              map[string]int64 // claim -> deadline, only in half-open
 	window              map[int64]*bucket
 	// width and buckets are the layout the window was written with (see
-	// layout.go); 0 while nothing is written to it.
+	// layout.go); 0 while nothing is written to it. laidAt is the start
+	// of the last bucket a Record of that layout counted in.
 	width, buckets int64
+	laidAt         int64
 	batches        []string // recent batch IDs, oldest first
 	// expiresAt is when a closed breaker has nothing left worth keeping:
 	// every bucket it wrote has left the window.
@@ -265,6 +267,7 @@ func (b *breaker) rememberBatch(id string) {
 
 func (b *breaker) record(r *rules, now int64, q coordinator.RecordRequest) coordinator.Result {
 	outcomes := q.Outcomes
+	r, own := b.layFor(r, now)
 	if (b.state != coordinator.StateClosed && b.state != coordinator.StateDisabled) || b.seenBatch(q.BatchID) {
 		res := b.result(r, now, len(outcomes), nil)
 		if t := b.replicas[q.Replica]; t != nil && r.p.Outliers > 0 && !b.dead(t, r, now) {
@@ -298,9 +301,12 @@ func (b *breaker) record(r *rules, now int64, q coordinator.RecordRequest) coord
 		x, stale, start = nil, probe, probe
 	}
 	if slices.ContainsFunc(outcomes[start:], func(o coordinator.Outcome) bool { return o.Generation == b.gen }) {
-		// Counting: in the policy's layout, which the replicas heard are
-		// judged in too.
+		// Counting: in the layout layFor gave, which the replicas heard
+		// are judged in too.
 		b.relay(r, now)
+		if own {
+			b.laidAt = now / r.width * r.width
+		}
 		if x != nil && b.replicas[x.id] != x {
 			x = nil // re-laid with nothing left: it starts afresh
 		}

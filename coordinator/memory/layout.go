@@ -15,13 +15,29 @@ func (b *breaker) layout(r *rules) (width, buckets int64) {
 	return b.width, b.buckets
 }
 
+// layFor returns the rules a Record under r counts with at now, and
+// whether their layout is r's own. While replicas of the window's layout
+// still record (one of their Records counted in a bucket that started
+// within a window of that layout), a Record of another layout counts into the window's buckets:
+// r in the window's layout. So counts keep their age while replicas of
+// two layouts record in turn (a rolling deploy), and the window changes
+// layout once, when the old one is no longer written (relay).
+func (b *breaker) layFor(r *rules, now int64) (*rules, bool) {
+	if b.width == 0 || (b.width == r.width && b.buckets == r.buckets) || now-b.laidAt >= b.width*b.buckets {
+		return r, true
+	}
+	laid := *r
+	laid.width, laid.buckets = b.width, b.buckets
+	return &laid, false
+}
+
 // relay makes r's layout the window's before an outcome is added. A
 // window written with another layout is re-laid by time: the counts of
 // each bucket live under the old layout go to the bucket of r's that holds
-// the old bucket's last millisecond (or now), so that they keep their age
-// and leave the window when r's layout says, even while replicas of two
-// layouts alternate; counts wholly before r's window have left it. None is
-// counted twice.
+// the old bucket's first millisecond, so that no count moves later than
+// it was counted (it may leave up to a bucket of r's early, once); counts
+// whose bucket starts before r's window have left it. None is counted
+// twice.
 func (b *breaker) relay(r *rules, now int64) {
 	if b.width == r.width && b.buckets == r.buckets {
 		return
@@ -43,7 +59,7 @@ func (b *breaker) relaid(window map[int64]*bucket, r *rules, now int64) map[int6
 	idx0, idx := now/b.width, now/r.width
 	into := make(map[int64]*bucket)
 	for i, bk := range window {
-		j := min((i+1)*b.width-1, now) / r.width
+		j := i * b.width / r.width
 		if i <= idx0-b.buckets || i > idx0 || j <= idx-r.buckets {
 			continue
 		}

@@ -59,8 +59,10 @@
 // throttled:<index> with their running total (throttled, throttled_head),
 // present only while the window holds some; and so is the layout the
 // buckets were written with (width: the bucket width in ms, buckets: how
-// many), which a Record under another layout re-lays (record.lua) and
-// every reader reads them with; and the replicas that failed in the
+// many), which every reader reads them with, and the start of the last
+// bucket a Record of it counted in (laid_at): a Record under another
+// layout counts in it while that was within a window of it, and re-lays
+// it into its own after (record.lua); and the replicas that failed in the
 // generation, replica:<id>, with the fleet's run's number and their count
 // in replicas (replicas.lua).
 //

@@ -12,7 +12,9 @@
 --                  throttled in a bucket, with throttled and throttled_head
 --                  their running total (only once some were counted);
 --                  width and buckets, the layout the buckets were written
---                  with (bucket width ms, bucket count; see window);
+--                  with (bucket width ms, bucket count; see window), and
+--                  laid_at, the start of the last bucket a Record of
+--                  that layout counted in;
 --                  every other field is a bucket, named by its index
 --                  (start ms / width), holding "calls failures slow"
 --   3 probes       hash: probe leases, claim -> deadline ms

@@ -20,9 +20,13 @@
 -- whatever the breaker's state, once begin has the scope born: the
 -- policies tell what the replicas run, not what was counted.
 --
--- The window stores the layout it is written with (width, buckets). A
--- Record under another layout that counts outcomes first re-lays it by
--- time (relay below); generation and the run of failures stay.
+-- The window stores the layout it is written with (width, buckets) and
+-- the start of the last bucket a Record of that layout counted in
+-- (laid_at). A Record under
+-- another layout that counts outcomes counts in the window's layout while
+-- that was within a window of it, and else first re-lays the window by
+-- time into its own (relay below); generation and the run of failures
+-- stay.
 local MIN_CALLS = tonumber(ARGV[8])
 local FAILURE_PERMILLE = tonumber(ARGV[9])
 local SLOW_PERMILLE = tonumber(ARGV[10])
@@ -101,8 +105,11 @@ end
 local calls, failures, slow = 0, 0, 0
 local other_calls, other_failures, other_slow = 0, 0, 0
 local head, relabel = IDX, true
--- laid: the window stores this Record's layout already.
-local laid = false
+-- laid: the window stores this Record's layout already, or the one it
+-- counts in; own: the layout is this Record's own, not the window's of
+-- replicas that still record; laid_at: the window's (see above), false
+-- when unread.
+local laid, own, laid_at = false, true, false
 -- gone: the buckets that left the window since head, subtracted from the
 -- totals above and deleted with the save below. A Record that counts
 -- nothing writes nothing: deleting them without saving the totals would
@@ -152,39 +159,50 @@ if not s.newborn then
   local v
   if OUTLIERS > 0 then
     v = redis.call('HMGET', KEY_WINDOW, 'generation', 'head', 'calls', 'failures', 'slow', IDX_S,
-      'throttled', 'throttled_head', 'throttled:' .. IDX_S, 'width', 'buckets', 'replicas', REPLICA_FIELD)
+      'throttled', 'throttled_head', 'throttled:' .. IDX_S, 'width', 'buckets', 'laid_at', 'replicas', REPLICA_FIELD)
   else
     v = redis.call('HMGET', KEY_WINDOW, 'generation', 'head', 'calls', 'failures', 'slow', IDX_S,
-      'throttled', 'throttled_head', 'throttled:' .. IDX_S, 'width', 'buckets', 'replicas')
+      'throttled', 'throttled_head', 'throttled:' .. IDX_S, 'width', 'buckets', 'laid_at', 'replicas')
   end
   if v[1] == int(s.generation) then
     relabel = false
     tv = v
     head = tonumber(v[2])
-    laid = v[10] == WIDTH_S and v[11] == int(BUCKETS)
-    raw = v[12] or false
-    if v[13] then
-      own_raw, own_width, own_buckets = v[13], tonumber(v[10] or WIDTH), tonumber(v[11] or BUCKETS)
+    laid, laid_at = v[10] == WIDTH_S and v[11] == int(BUCKETS), v[12] or false
+    if v[10] and not laid and NOW - tonumber(laid_at or 0) < tonumber(v[10]) * tonumber(v[11]) then
+      -- Another layout, and a Record of it counted within a window of
+      -- it: its replicas still record, and this Record counts in it, as
+      -- if it were its own (WIDTH, BUCKETS and IDX are lib.lua's).
+      WIDTH, BUCKETS = tonumber(v[10]), tonumber(v[11])
+      IDX = math.floor(NOW / WIDTH)
+      IDX_S, WIDTH_S = int(IDX), int(WIDTH)
+      local cur = redis.call('HMGET', KEY_WINDOW, IDX_S, 'throttled:' .. IDX_S)
+      v[6], v[9] = cur[1], cur[2]
+      laid, own = true, false
+    end
+    raw = v[13] or false
+    if v[14] then
+      own_raw, own_width, own_buckets = v[14], tonumber(v[10] or WIDTH), tonumber(v[11] or BUCKETS)
     end
     if v[10] and not laid then
-      -- Written with another layout: re-laid into this one, in a window
-      -- started afresh. A window with no layout stored was written with
-      -- this one. (Defined here, where it runs: a Lua closure costs
+      -- Written with another layout, whose replicas no longer record:
+      -- re-laid into this one, in a window started afresh. A window with
+      -- no layout stored was written with this one. (Defined here, where it runs: a Lua closure costs
       -- every Record that makes it, used or not; replicas.lua says how
       -- much.)
-      -- relay re-lays a window written with layout width0 x buckets0 into this
-      -- Record's, by time: the counts of each bucket live under the old layout
-      -- go to the bucket of this layout that holds the old bucket's last
-      -- millisecond (or now), so that they keep their age and leave the window
-      -- when this layout says, even while replicas of two layouts alternate;
-      -- counts that lie wholly before this layout's window have left it. Nothing
-      -- is counted twice. It sets the current bucket's counts, the others'
-      -- totals and the throttled requests, and fills relaid; the replicas'
-      -- own buckets are re-laid alike (adopt).
+      -- relay re-lays a window written with layout width0 x buckets0 into
+      -- this Record's, by time: the counts of each bucket live under the
+      -- old layout go to the bucket of this layout that holds the old
+      -- bucket's first millisecond, so that none moves later than it was
+      -- counted; counts whose bucket starts before this layout's window
+      -- have left it. Nothing is counted twice. It sets the current
+      -- bucket's counts, the others' totals and the throttled requests,
+      -- and fills relaid; the replicas' own buckets are re-laid alike
+      -- (adopt).
       local function relay(width0, buckets0)
         local idx0 = math.floor(NOW / width0)
         local function target(i)
-          local j = math.floor(math.min((i + 1) * width0 - 1, NOW) / WIDTH)
+          local j = math.floor(i * width0 / WIDTH)
           if i <= idx0 - buckets0 or i > idx0 or j <= IDX - BUCKETS then
             return false
           end
@@ -570,8 +588,15 @@ end
 s.consecutive_failures, s.expires_at = consecutive, keep()
 save(s, relabel)
 hdel(KEY_WINDOW, gone)
-redis.call('HSET', KEY_WINDOW, IDX_S, string.format('%d %d %d', calls, failures, slow), 'head', int(head),
-  'calls', int(other_calls + calls), 'failures', int(other_failures + failures), 'slow', int(other_slow + slow))
+-- laid_at, written once a bucket.
+if own and (relabel or laid_at ~= int(IDX * WIDTH)) then
+  redis.call('HSET', KEY_WINDOW, IDX_S, string.format('%d %d %d', calls, failures, slow), 'head', int(head),
+    'calls', int(other_calls + calls), 'failures', int(other_failures + failures), 'slow', int(other_slow + slow),
+    'laid_at', int(IDX * WIDTH))
+else
+  redis.call('HSET', KEY_WINDOW, IDX_S, string.format('%d %d %d', calls, failures, slow), 'head', int(head),
+    'calls', int(other_calls + calls), 'failures', int(other_failures + failures), 'slow', int(other_slow + slow))
+end
 local fields = {}
 for field, value in pairs(relaid) do
   fields[#fields + 1], fields[#fields + 2] = field, value
@@ -593,7 +618,11 @@ end
 if #fields > 0 then
   redis.call('HSET', KEY_WINDOW, unpack(fields))
 end
-if relabel or not laid then
+if relabel and not own then
+  -- Started afresh within the generation, in the layout of replicas that
+  -- still record: when they last counted stays.
+  redis.call('HSET', KEY_WINDOW, 'width', WIDTH_S, 'buckets', int(BUCKETS), 'laid_at', laid_at)
+elseif relabel or not laid then
   redis.call('HSET', KEY_WINDOW, 'width', WIDTH_S, 'buckets', int(BUCKETS))
 end
 hdel(KEY_WINDOW, throttled_gone)
