@@ -63,8 +63,9 @@ type Controller interface {
 
 	// SetOverride merges o into the override stored for t (see
 	// [Override.Merge]: a field o marks for removal is removed), and
-	// stores the result after [CheckOverride] accepted it: a bad field is
-	// refused, naming it, and nothing is stored. The change gets a new
+	// stores the result after [CheckOverride] accepted it: a bad field, or
+	// a key of o that is no Go name of a field ("min_calls"), is refused,
+	// naming it, and nothing is stored. The change gets a new
 	// version and is published to every Watch that follows the scope (or
 	// every Watch, for the fleet default; see [PolicyWatch]), and Breakers
 	// apply it from their next call on. It returns the layers now stored

@@ -4,18 +4,22 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// Override is a partial [Policy]: the fields an operator set, by their Go
-// names ("FailureRatio"), each as canonical text ("0.3", "30s"). It is
-// what [Controller.SetOverride] stores for one scope or for the fleet, and
-// what a Breaker lays over the policy its code passes. The zero Override
-// sets nothing.
+// Override is a partial [Policy]: the fields an operator set, keyed by
+// their Go names ("FailureRatio"), each as canonical text ("0.3", "30s").
+// It is what [Controller.SetOverride] stores for one scope or for the
+// fleet, and what a Breaker lays over the policy its code passes. The
+// zero Override sets nothing. [ParseOverride] and [Override.Set] also read
+// a field's name in snake or kebab case and key it by its Go name; a key
+// spelt otherwise in the map itself ("min_calls") is refused by
+// [Override.Apply], and so by SetOverride, naming the key and the Go name.
 type Override map[string]string
 
 // policyField is one field of Policy as an override names and sets it:
@@ -51,15 +55,27 @@ var policyFields = []policyField{
 var separators = strings.NewReplacer("_", "", "-", "")
 
 // fieldByName finds a field by its Go name, or by the same words in any
-// case with underscores or dashes: "failure_ratio", "open-for".
-func fieldByName(name string) (policyField, bool) {
+// case with underscores or dashes: "failure_ratio", "open-for". It reads
+// what an operator types ([Override.Set]).
+func fieldByName(name string) (policyField, error) {
 	key := separators.Replace(name)
 	for _, f := range policyFields {
 		if strings.EqualFold(f.name, key) {
-			return f, true
+			return f, nil
 		}
 	}
-	return policyField{}, false
+	return policyField{}, &PolicyError{Field: name, Reason: "is no field of a policy; the fields are " + strings.Join(PolicyFields(), ", ")}
+}
+
+// fieldOfKey finds the field a key of an Override names: its Go name
+// only, so that every Override spells a field one way, the way Apply,
+// Merge, String and the coordinators' stores read it.
+func fieldOfKey(key string) (policyField, error) {
+	f, err := fieldByName(key)
+	if err == nil && f.name != key {
+		return f, &PolicyError{Field: key, Reason: "is no key of an Override: the key is the Go name, " + f.name + " (ParseOverride and Override.Set read either)"}
+	}
+	return f, err
 }
 
 // PolicyFields returns the names an [Override] may set, in the order of
@@ -91,16 +107,17 @@ func ParseOverride(assignments ...string) (Override, error) {
 	return o, nil
 }
 
-// Set sets one field of o, by its Go name or the same words in snake case,
-// to value in canonical form; an empty value marks the field for removal
-// by [Override.Merge]. An unknown field, or a value that is no duration,
-// integer or number as the field wants, is a [*PolicyError] naming it.
+// Set sets one field of o, named by its Go name or the same words in snake
+// or kebab case, to value in canonical form, keyed by its Go name; an
+// empty value marks the field for removal by [Override.Merge]. An unknown
+// field, or a value that is no duration, integer or number as the field
+// wants, is a [*PolicyError] naming it.
 // Whether the value works with the rest of the policy is for
 // [Override.Apply] to say.
 func (o Override) Set(name, value string) error {
-	f, ok := fieldByName(name)
-	if !ok {
-		return &PolicyError{Field: name, Reason: "is no field of a policy; the fields are " + strings.Join(PolicyFields(), ", ")}
+	f, err := fieldByName(name)
+	if err != nil {
+		return err
 	}
 	value = strings.TrimSpace(value)
 	if value == "" {
@@ -152,14 +169,16 @@ func (f policyField) format(p *Policy) string {
 }
 
 // Merge returns o with the fields of next laid over it; a field next marks
-// for removal (an empty value) is removed. Neither o nor next changes.
+// for removal (an empty value) is removed. A key of next that is no Go
+// name of a field is kept, removal or not, for [Override.Apply] to refuse.
+// Neither o nor next changes.
 func (o Override) Merge(next Override) Override {
 	m := make(Override, len(o)+len(next))
 	for k, v := range o {
 		m[k] = v
 	}
 	for k, v := range next {
-		if v == "" {
+		if _, err := fieldOfKey(k); v == "" && err == nil {
 			delete(m, k)
 		} else {
 			m[k] = v
@@ -171,8 +190,14 @@ func (o Override) Merge(next Override) Override {
 // Apply returns p with o's fields set, and validates the result as
 // [Policy.Validate] does: the error names the field that does not work,
 // which may be one o does not set ("MaxOpenFor must be greater than
-// OpenFor").
+// OpenFor"), or the first key, in sorted order, that is no Go name of a
+// field.
 func (o Override) Apply(p Policy) (Policy, error) {
+	for _, k := range slices.Sorted(maps.Keys(o)) {
+		if _, err := fieldOfKey(k); err != nil {
+			return p, err
+		}
+	}
 	for _, f := range policyFields {
 		v, ok := o[f.name]
 		if !ok || v == "" {
@@ -182,16 +207,12 @@ func (o Override) Apply(p Policy) (Policy, error) {
 			return p, err
 		}
 	}
-	for name := range o {
-		if _, ok := fieldByName(name); !ok {
-			return p, &PolicyError{Field: name, Reason: "is no field of a policy"}
-		}
-	}
 	return p, p.Validate()
 }
 
 // String lists o's fields in the order of Policy's, "Field=value"
-// separated by spaces; "" when o sets nothing.
+// separated by spaces, then any key that is no Go name of a field, in
+// sorted order; "" when o sets nothing.
 func (o Override) String() string {
 	var b strings.Builder
 	for _, f := range policyFields {
@@ -204,11 +225,11 @@ func (o Override) String() string {
 	}
 	var unknown []string
 	for name := range o {
-		if _, ok := fieldByName(name); !ok {
+		if _, err := fieldOfKey(name); err != nil {
 			unknown = append(unknown, name+"="+o[name])
 		}
 	}
-	sort.Strings(unknown)
+	slices.Sort(unknown)
 	for _, u := range unknown {
 		if b.Len() > 0 {
 			b.WriteByte(' ')
@@ -242,9 +263,9 @@ func DecodePolicy(s string) (Policy, error) {
 	var p Policy
 	for _, a := range strings.Fields(s) {
 		name, value, _ := strings.Cut(a, "=")
-		f, ok := fieldByName(name)
-		if !ok {
-			return p, fmt.Errorf("%w: field %q of an encoded policy is unknown", ErrInvalidPolicy, name)
+		f, err := fieldOfKey(name)
+		if err != nil {
+			return p, fmt.Errorf("an encoded policy: %w", err)
 		}
 		if err := f.parse(&p, value); err != nil {
 			return p, err

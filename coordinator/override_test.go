@@ -72,3 +72,27 @@ func TestPolicyEncoding(t *testing.T) {
 		t.Errorf("fingerprints %s, %s; want 12 hex digits, the same for equal policies only", p.Fingerprint(), q.Fingerprint())
 	}
 }
+
+// An Override's keys are Go names: ParseOverride keys "min_calls=50" as
+// MinCalls, and a key spelt otherwise in the map is refused by Apply,
+// naming it and the Go name, even when Merge is asked to remove it.
+func TestOverrideKeysAreGoNames(t *testing.T) {
+	if o, err := ParseOverride("min_calls=50"); err != nil || len(o) != 1 || o["MinCalls"] != "50" {
+		t.Errorf("ParseOverride(min_calls=50) = %v, %v; want the key MinCalls", o, err)
+	}
+	stored := Override{"MinCalls": "8"}
+	for _, o := range []Override{
+		{"min_calls": "50"},
+		stored.Merge(Override{"min_calls": "50"}),
+		stored.Merge(Override{"min_calls": ""}),
+	} {
+		_, err := o.Apply(DefaultPolicy())
+		var pe *PolicyError
+		if !errors.As(err, &pe) || pe.Field != "min_calls" || !strings.Contains(err.Error(), "MinCalls") {
+			t.Errorf("Apply of %q = %v; want an invalid policy naming min_calls and MinCalls", o.String(), err)
+		}
+	}
+	if got := (Override{"MinCalls": "8", "min_calls": "50"}).String(); got != "MinCalls=8 min_calls=50" {
+		t.Errorf("String = %q; want the key that is no Go name listed after the fields", got)
+	}
+}

@@ -3,6 +3,7 @@ package coordinatortest
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -158,6 +159,39 @@ func testOverrideInvalidIsRefused(t *testing.T, f Factory) {
 	if _, err := c.SetOverride(t.Context(), coordinator.ScopeTarget(h.scope), coordinator.Override{"MinCalls": "5"},
 		coordinator.Note{Reason: "two\nlines"}); !errors.Is(err, coordinator.ErrInvalidNote) {
 		t.Errorf("SetOverride with a note of two lines = %v; want ErrInvalidNote", err)
+	}
+	h.wantOverrides("after the refusals", h.overrides(), before)
+}
+
+// testOverrideKeysAreGoNames: an Override's keys are the Go names of
+// Policy's fields. ParseOverride reads "min_calls=50" as MinCalls, but a
+// key spelt otherwise in an Override given to SetOverride is refused,
+// naming the key and the Go name, as a set or as a removal, and nothing
+// is stored: no coordinator stores a field it would not apply.
+func testOverrideKeysAreGoNames(t *testing.T, f Factory) {
+	h := newHarness(t, f, basePolicy())
+	c := h.controller()
+	if got := h.setOverride(coordinator.ScopeTarget(h.scope), alice, "min_calls=8").Scope.Override; got["MinCalls"] != "8" {
+		t.Errorf("SetOverride of ParseOverride(min_calls=8) stored %v; want MinCalls=8", got)
+	}
+	before := h.overrides()
+	for _, tc := range []struct {
+		target coordinator.Target
+		o      coordinator.Override
+		key    string
+		name   string
+	}{
+		{coordinator.ScopeTarget(h.scope), coordinator.Override{"min_calls": "50"}, "min_calls", "MinCalls"},
+		{coordinator.ScopeTarget(h.scope), coordinator.Override{"min_calls": ""}, "min_calls", "MinCalls"},
+		{coordinator.ScopeTarget(h.scope), coordinator.Override{"OpenFor": "20s", "failureratio": "0.3"}, "failureratio", "FailureRatio"},
+		{coordinator.FleetDefault, coordinator.Override{"open-for": "20s"}, "open-for", "OpenFor"},
+	} {
+		_, err := c.SetOverride(t.Context(), tc.target, tc.o, alice)
+		var pe *coordinator.PolicyError
+		if !errors.Is(err, coordinator.ErrInvalidPolicy) || !errors.As(err, &pe) || pe.Field != tc.key ||
+			!strings.Contains(err.Error(), tc.name) {
+			t.Errorf("SetOverride(%v, %v) = %v; want an invalid policy naming %s and %s", tc.target, tc.o, err, tc.key, tc.name)
+		}
 	}
 	h.wantOverrides("after the refusals", h.overrides(), before)
 }

@@ -152,6 +152,7 @@ var rules = []struct {
 	{"OverrideMergesAndVersions", testOverrideMergesAndVersions},
 	{"OverrideFleetDefault", testOverrideFleetDefault},
 	{"OverrideInvalidIsRefused", testOverrideInvalidIsRefused},
+	{"OverrideKeysAreGoNames", testOverrideKeysAreGoNames},
 	{"OverrideReset", testOverrideReset},
 	{"AnswersCarryPolicyVersion", testAnswersCarryPolicyVersion},
 	{"PolicyWatchDeliversChanges", testPolicyWatchDeliversChanges},
