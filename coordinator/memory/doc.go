@@ -11,5 +11,9 @@
 // or an outcome counted); other states are kept. Snapshot and List read a
 // forgotten scope as not born, and its next write gives birth to it again,
 // above every generation it had, so that the outcome of a call admitted
-// before is never counted after.
+// before is never counted after. Its memory goes at the next sweep, which
+// comes with the first operation on any scope once as many operations as
+// scopes held, or a window of that operation's policy, have passed since
+// the last: memory follows the scopes in use, however few calls there
+// are. There is no goroutine: with no operation at all, nothing is swept.
 package memory

@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -20,9 +21,12 @@ type Coordinator struct {
 	watches map[*watch]struct{}
 	// policies are the overrides of the shared policy (policy.go).
 	policies overrides
-	// ops counts operations since the last sweep of expired scopes, so
-	// that sweeping costs O(1) per operation, amortised.
-	ops int
+	// ops counts operations since the last sweep of expired scopes,
+	// swept is the clock's time of it, in Unix ms, and most is the most
+	// scopes a sweep found since scopes was last made anew (sweep).
+	ops   int
+	swept int64
+	most  int
 }
 
 // Option configures a [Coordinator].
@@ -98,27 +102,38 @@ func (c *Coordinator) locked(ctx context.Context, name, scope string, p coordina
 	defer c.mu.Unlock()
 	// Read under the lock, so that operations apply in clock order.
 	now := c.clock().UnixMilli()
-	c.sweep(now)
+	c.sweep(r, now)
 	f(r, now)
 	return nil
 }
 
-// sweep forgets closed scopes whose window has run out, visiting every
-// scope once per len(scopes) operations. A scope is dropped only once its
+// sweep forgets closed scopes whose window has run out. It visits every
+// scope once len(scopes) operations have come since the last sweep, or once
+// the clock has moved by the window of the operation's policy (r): O(1) per
+// operation, amortised, and at a trickle of operations a scope is still
+// forgotten by the first operation that comes a window after its own ran
+// out (the window of that operation's policy), so that memory follows the
+// scopes in use. A scope is dropped only once its
 // generation lies below now in the units of [coordinator.NextGeneration],
 // so that its next birth is the same with or without it: a generation
 // borrowed from a later millisecond must still be known to be skipped.
-func (c *Coordinator) sweep(now int64) {
+func (c *Coordinator) sweep(r *rules, now int64) {
 	c.ops++
-	if c.ops < len(c.scopes) {
+	if c.ops < len(c.scopes) && now-c.swept < r.width*r.buckets {
 		return
 	}
-	c.ops = 0
+	c.ops, c.swept = 0, now
+	c.most = max(c.most, len(c.scopes))
 	floor := coordinator.NextGeneration(0, time.UnixMilli(now))
 	for s, b := range c.scopes {
 		if b.expired(now) && b.gen < floor {
 			delete(c.scopes, s)
 		}
+	}
+	// A map keeps the room of the entries deleted from it, and so does
+	// its clone: once most of them are gone, the rest move to a new map.
+	if len(c.scopes) < c.most/4 {
+		c.scopes, c.most = maps.Collect(maps.All(c.scopes)), len(c.scopes)
 	}
 }
 

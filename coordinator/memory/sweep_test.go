@@ -2,7 +2,9 @@ package memory_test
 
 import (
 	"context"
+	"fmt"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
 
@@ -49,4 +51,73 @@ func TestForgottenScopeIsBornAboveBorrowedGenerations(t *testing.T) {
 	if d.Generation <= last.Generation {
 		t.Errorf("born again in generation %d; want above %d, the last one it had", d.Generation, last.Generation)
 	}
+}
+
+// Memory follows the scopes in use, however few calls there are: scopes
+// idle for a few windows are forgotten while one scope keeps a trickle of
+// calls, one a bucket, far fewer operations than there are idle scopes.
+func TestIdleScopesAreForgottenAtATrickle(t *testing.T) {
+	c, clk := onFakeClock()
+	ctx := context.Background()
+	p := coordinator.DefaultPolicy()
+	const idle = 1000
+	for i := range idle {
+		if _, err := c.Admit(ctx, fmt.Sprint("idle/", i), p, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 * p.Buckets {
+		clk.Advance(p.BucketWidth())
+		if _, err := c.Admit(ctx, "trickle", p, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if held := c.Held(); held != 1 {
+		t.Errorf("after %d scopes idle for three windows, %d calls of another: %d scopes held; want 1, the one in use",
+			idle, 3*p.Buckets, held)
+	}
+}
+
+// BenchmarkIdleScopesMemory measures what the coordinator holds, in heap
+// bytes after a GC, once 100,000 scopes that had a failed call each (an
+// Admit and a Record from one replica) went idle
+// for six windows while one scope kept a call a bucket: held-MB, beside
+// peak-MB with all of them in use. Run with -benchtime=1x.
+func BenchmarkIdleScopesMemory(b *testing.B) {
+	ctx := context.Background()
+	p := coordinator.DefaultPolicy()
+	heap := func() float64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return float64(m.HeapAlloc) / (1 << 20)
+	}
+	var peak, held float64
+	for b.Loop() {
+		base := heap()
+		c, clk := onFakeClock()
+		for i := range 100_000 {
+			scope := fmt.Sprint("idle/", i)
+			d, err := c.Admit(ctx, scope, p, "")
+			if err == nil {
+				_, err = c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Replica: "replica-1", BatchID: scope,
+					Outcomes: []coordinator.Outcome{{Generation: d.Generation, Failure: true, Duration: time.Millisecond}}})
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		peak = heap() - base
+		for range 6 * p.Buckets {
+			clk.Advance(p.BucketWidth())
+			if _, err := c.Admit(ctx, "trickle", p, ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+		held = heap() - base
+		b.ReportMetric(float64(c.Held()), "scopes-held")
+		runtime.KeepAlive(c)
+	}
+	b.ReportMetric(peak, "peak-MB")
+	b.ReportMetric(held, "held-MB")
 }
