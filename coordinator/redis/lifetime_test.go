@@ -85,3 +85,34 @@ func TestClosedKeysOutliveTheirState(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestIdleScopesKeysHaveLifetimes: what the memory coordinator's sweep
+// does for it, Redis does by key lifetimes, with no operation to come.
+// Every key that scopes left after a failed call from a replica (its
+// reporters, its replica's row, the policy it carried) expires within
+// two windows and the margin of collection.
+func TestIdleScopesKeysHaveLifetimes(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	c := cbredis.New(rdb)
+	p := coordinator.DefaultPolicy()
+	const idle = 200
+	for i := range idle {
+		scope := fmt.Sprint("idle/", i)
+		gen := born(t, c, scope, p)
+		if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Replica: "replica-1", BatchID: scope,
+			Outcomes: []coordinator.Outcome{{Generation: gen, Failure: true, Duration: time.Millisecond}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := scopeKeys(t, rdb, cbredis.DefaultPrefix)
+	if len(keys) != 2*idle {
+		t.Errorf("%d keys for %d closed scopes; want a state and a window each: %q", len(keys), idle, keys[:min(len(keys), 6)])
+	}
+	most := 2*p.Window + time.Second
+	for _, k := range keys {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > most {
+			t.Errorf("PTTL %s = %v; want a lifetime of at most %v", k, ttl, most)
+		}
+	}
+}
