@@ -1,6 +1,7 @@
 package cbgrpc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,7 +54,7 @@ func (b *Breaker) control(ctx context.Context, scope, op string, n coordinator.N
 		return coordinator.Result{}, fmt.Errorf("%w: %T", ErrNoController, b.c)
 	}
 	// The caller's mistake, not the coordinator's: no round trip.
-	if err := n.Validate(op); err != nil {
+	if err := cmp.Or(coordinator.CheckScope(scope), n.Validate(op)); err != nil {
 		return coordinator.Result{}, fmt.Errorf("cbgrpc: %s %q: %w", op, scope, err)
 	}
 	if !b.enter() {

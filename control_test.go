@@ -61,6 +61,22 @@ func TestBreakerIsolateAndRelease(t *testing.T) {
 	}
 }
 
+// No call has the empty scope: an operator's command on it is the
+// caller's mistake, refused without a round trip, so the coordinator is
+// not taken for failing.
+func TestBreakerControlRefusesTheEmptyScope(t *testing.T) {
+	mt := newMetrics()
+	b := newBreaker(t, memory.New(), WithMeterProvider(mt.mp))
+	for _, op := range []func(context.Context, string, coordinator.Note) (coordinator.Result, error){b.Isolate, b.Release, b.Disable, b.Enable} {
+		if _, err := op(context.Background(), "", coordinator.Note{Reason: "a typo"}); !errors.Is(err, coordinator.ErrInvalidScope) {
+			t.Errorf("an operator's command on the empty scope: %v; want ErrInvalidScope", err)
+		}
+	}
+	if errs := mt.sum(t, "cbgrpc.coordinator.errors"); errs != 0 || !b.health.trusted() {
+		t.Errorf("after the refusals: %d coordinator errors, coordinator trusted %v; want none, and trusted", errs, b.health.trusted())
+	}
+}
+
 func TestBreakerControlNeedsAController(t *testing.T) {
 	_, tc := memoryWith(t, coordinatortest.NewClock()) // the wrapper hides memory's Controller
 	b := newBreaker(t, tc)

@@ -19,7 +19,10 @@ var ErrCorruptState = errors.New("the scope's stored state is unusable")
 // keep no client-side state: no caches, no goroutines.
 //
 // The policy is passed with every call so that the state stays the only
-// thing the coordinator stores; an invalid policy is an error.
+// thing the coordinator stores; an invalid policy is an error. A scope is
+// any bytes but none: every operation that writes refuses the empty scope
+// ([CheckScope], [ErrInvalidScope]), which no call has, and Snapshot reads
+// it as not born.
 type Coordinator interface {
 	// Admit asks whether a call may go through. claim is a unique ID the
 	// caller makes for one logical admission; admitting the same claim

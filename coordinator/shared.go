@@ -17,7 +17,7 @@ import (
 
 // Target is what an override is for: one scope, or the fleet default.
 type Target struct {
-	Scope string // the scope, when Fleet is false; any bytes, "" included
+	Scope string // the scope, when Fleet is false; any bytes but none ([CheckScope])
 	// Fleet names the fleet default: it applies to every scope of the
 	// coordinator (every scope under its key prefix, on Redis) that has
 	// no override of the same field.
@@ -111,11 +111,17 @@ func (o Overrides) Apply(code Policy) (Policy, PolicySource, error) {
 	return p, src, errs
 }
 
-// CheckOverride validates o as [Controller.SetOverride] must before it
-// stores it for t, given the fleet default in force: laid over
-// [DefaultPolicy] (and, for a scope, over the fleet default) it must make
-// a valid policy. The error names the field.
+// CheckOverride validates o as [Controller.SetOverride] and ResetOverride
+// must before they store it for t, given the fleet default in force: t's
+// scope must be one a call can have ([CheckScope]), and o laid over
+// [DefaultPolicy] (and, for a scope, over the fleet default) must make a
+// valid policy. The error names the field.
 func CheckOverride(t Target, o Override, fleet Override) error {
+	if !t.Fleet {
+		if err := CheckScope(t.Scope); err != nil {
+			return err
+		}
+	}
 	base := DefaultPolicy()
 	if !t.Fleet && len(fleet) > 0 {
 		if p, err := fleet.Apply(base); err == nil {

@@ -40,6 +40,15 @@ func oneScope(pos []string) error {
 	if len(pos) != 1 {
 		return usageErr("want one SCOPE, got %d arguments", len(pos))
 	}
+	return scopeArg(pos[0])
+}
+
+// scopeArg refuses a SCOPE no call can have, as the coordinator would,
+// before anything is read or stored.
+func scopeArg(scope string) error {
+	if err := coordinator.CheckScope(scope); err != nil {
+		return usageErr("SCOPE: %v", err)
+	}
 	return nil
 }
 

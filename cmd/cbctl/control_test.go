@@ -49,6 +49,31 @@ func TestCLIControlNotFound(t *testing.T) {
 	c.want(3, "", "cbctl: show: scope nosuch/other not found: no breaker holds state for it", "show", "nosuch/other")
 }
 
+// No call has the empty scope, so a command on it is refused as a usage
+// error naming SCOPE, --create or not, and stores nothing.
+func TestCLIEmptyScopeIsRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newCLI(t, srv.Addr())
+	for _, args := range [][]string{
+		{"isolate", "", "--reason", "typo", "--create"},
+		{"disable", "", "--reason", "typo", "--create"},
+		{"release", "", "--create"},
+		{"enable", "", "--create"},
+		{"show", ""},
+		{"policy", "set", "", "min_calls=5", "--create"},
+		{"policy", "reset", ""},
+		{"policy", "show", ""},
+	} {
+		r := c.want(2, "", "SCOPE: invalid scope: the scope is empty", args...)
+		if strings.Count(r.stderr, "\n") != 1 || r.stdout != "" {
+			t.Errorf("cbctl %q: want one line on stderr, nothing on stdout; got\nstdout: %q\nstderr: %q", args, r.stdout, r.stderr)
+		}
+	}
+	if r, err := srv.Client(t).Keys(context.Background(), "*").Result(); err != nil || len(r) != 0 {
+		t.Errorf("keys after the refused commands: %q, %v; want none", r, err)
+	}
+}
+
 // Isolating an isolated breaker, or disabling a disabled one, makes no
 // transition but replaces the note and the end: cbctl says what changed,
 // as show shows it afterwards.

@@ -60,6 +60,9 @@ func cmdPolicy(ctx context.Context, e *env, args []string) error {
 			if len(pos) == 0 {
 				return usageErr("%s: want a SCOPE, or --default for the fleet default", sub)
 			}
+			if err := scopeArg(pos[0]); err != nil {
+				return err
+			}
 			target, pos = coordinator.ScopeTarget(pos[0]), pos[1:]
 		}
 		given := map[string]bool{}

@@ -71,8 +71,8 @@ func (s *server) act(w http.ResponseWriter, r *http.Request) {
 		}
 		n.For = d
 	}
-	if in.Scope == "" {
-		writeError(w, http.StatusBadRequest, "scope: empty")
+	if err := coordinator.CheckScope(in.Scope); err != nil {
+		writeError(w, http.StatusBadRequest, "scope: %v", err)
 		return
 	}
 	// The command line asks a reason of isolate and disable; the page asks

@@ -133,6 +133,7 @@ var rules = []struct {
 	// scopes.go
 	{"ScopesAreOpaque", testScopesAreOpaque},
 	{"DifferentScopesNeverInterfere", testDifferentScopesNeverInterfere},
+	{"EmptyScopeIsRefused", testEmptyScopeIsRefused},
 	// details.go: the details both coordinators settle the same way
 	{"RatioRoundsToNearestThousandth", testRatioRoundsToNearestThousandth},
 	{"BatchedRecordAppliesOutcomesInOrder", testBatchedRecordAppliesOutcomesInOrder},

@@ -1,6 +1,7 @@
 package coordinatortest
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,15 +12,15 @@ import (
 )
 
 // Rule 7 of the contract: scopes are opaque strings, and two scopes never
-// share anything.
+// share anything; the empty string is no scope.
 
 // opaqueScopes are scope names that a coordinator might mangle or confuse:
-// empty, control bytes, key separators, Redis Cluster hash tags, invalid
+// blank, control bytes, key separators, Redis Cluster hash tags, invalid
 // UTF-8, and two 1 MiB names that differ in their last byte.
 func opaqueScopes() []string {
 	big := strings.Repeat("s", 1<<20)
 	return []string{
-		"", " ", "\x00", "\n", "{", "}", "{}", "{a}", "a", "a}", "{a", "a|b", "a|", "|a", "a:state", "a\x00state",
+		" ", "\x00", "\n", "{", "}", "{}", "{a}", "a", "a}", "{a", "a|b", "a|", "|a", "a:state", "a\x00state",
 		"line\nbreak\r\n", "tab\there", "ünïcødé/服务/🚦", "\xff\xfe not utf-8",
 		big, big[:len(big)-1] + "t",
 	}
@@ -46,6 +47,56 @@ func testScopesAreOpaque(t *testing.T, f Factory) {
 				t.Fatalf("after tripping scopes 0..%d (last %s): snapshot of scope %d (%s) is %s in %v, generation %d; want itself in %v, generation %d",
 					i, trim(scope), j, trim(other), trim(s.Scope), s.State, s.Generation, want.State, want.Generation)
 			}
+		}
+	}
+}
+
+// testEmptyScopeIsRefused: no call has the empty scope (a Breaker leaves
+// such a call unprotected), so every operation that would store state for
+// it is refused with ErrInvalidScope, and nothing is stored: Snapshot
+// reads it as not born.
+func testEmptyScopeIsRefused(t *testing.T, f Factory) {
+	h := newHarness(t, f, basePolicy()).on("")
+	ctx, p, n := t.Context(), h.p, coordinator.Note{By: "alice", Reason: "a typo"}
+	type op struct {
+		name string
+		do   func() error
+	}
+	ops := []op{
+		{"Admit", func() error { _, err := h.c.Admit(ctx, "", p, "claim"); return err }},
+		{"Record", func() error {
+			_, err := h.c.Record(ctx, coordinator.RecordRequest{Scope: "", Policy: p, Outcomes: []coordinator.Outcome{{Generation: 1, Failure: true}}})
+			return err
+		}},
+		{"Settle", func() error {
+			_, err := h.c.Settle(ctx, "", p, "claim", coordinator.Outcome{Generation: 1})
+			return err
+		}},
+	}
+	if c, ok := h.c.(coordinator.Controller); ok {
+		ops = append(ops,
+			op{"Isolate", func() error { _, err := c.Isolate(ctx, "", p, n); return err }},
+			op{"Release", func() error { _, err := c.Release(ctx, "", p, n); return err }},
+			op{"Disable", func() error { _, err := c.Disable(ctx, "", p, n); return err }},
+			op{"Enable", func() error { _, err := c.Enable(ctx, "", p, n); return err }},
+			op{"SetOverride", func() error {
+				_, err := c.SetOverride(ctx, coordinator.ScopeTarget(""), coordinator.Override{"MinCalls": "5"}, n)
+				return err
+			}},
+			op{"ResetOverride", func() error { _, err := c.ResetOverride(ctx, coordinator.ScopeTarget(""), n); return err }})
+	}
+	if c, ok := h.c.(coordinator.Pusher); ok {
+		ops = append(ops, op{"Push", func() error { _, err := c.Push(ctx, "", p, 1, time.Second, "overloaded"); return err }})
+	}
+	for _, o := range ops {
+		if err := o.do(); !errors.Is(err, coordinator.ErrInvalidScope) {
+			t.Errorf("%s of the empty scope = %v; want ErrInvalidScope", o.name, err)
+		}
+	}
+	h.wantNotBorn("after the refusals")
+	if c, ok := h.c.(coordinator.Controller); ok {
+		if o, err := c.Overrides(ctx, coordinator.ScopeTarget("")); err != nil || o.Scope.Version != 0 {
+			t.Errorf("Overrides of the empty scope = %+v, %v; want none stored", o, err)
 		}
 	}
 }

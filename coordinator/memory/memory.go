@@ -69,6 +69,9 @@ var _ coordinator.Coordinator = (*Coordinator)(nil)
 // by the operation unless f reports a transition of its own (see
 // breaker.report).
 func (c *Coordinator) op(ctx context.Context, name, scope string, p coordinator.Policy, seen uint64, f func(b *breaker, r *rules, now int64) *coordinator.Transition) error {
+	if err := coordinator.CheckScope(scope); err != nil {
+		return fmt.Errorf("memory coordinator: %s %q: %w", name, scope, err)
+	}
 	return c.locked(ctx, name, scope, p, func(r *rules, now int64) {
 		b := c.scopes[scope]
 		if b == nil || b.expired(now) || b.gen < seen {

@@ -194,6 +194,9 @@ func (c *Coordinator) call(ctx context.Context, rdb goredis.Scripter, s *goredis
 	if err := p.Validate(); err != nil {
 		return answer{}, opError(op, scope, err)
 	}
+	if err := coordinator.CheckScope(scope); use.write && err != nil {
+		return answer{}, opError(op, scope, err)
+	}
 	now, margin := "", gcMargin
 	if c.clock != nil {
 		now = strconv.FormatInt(c.clock().UnixMilli(), 10)
