@@ -2,6 +2,7 @@ package cbgrpc
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 
@@ -44,6 +45,7 @@ type batch struct {
 	// the outcome's index.
 	verdicts []heldVerdict
 	inflight bool // a Record of this scope is running
+	queued   bool // in recorder.queue, waiting for a Record to return
 	// calmFor is, when the last Record's answer left the scope calm
 	// (pace.go), how long successes alone may wait, counted from since,
 	// when the oldest of them was taken: the calm interval of the scope's
@@ -66,7 +68,8 @@ type recordDone struct {
 
 // recorder delivers outcomes off the calls' path. Outcomes wait, per
 // scope and bounded, for one goroutine that sends them with Record as a
-// group commit: at most one Record in flight per scope, the next batch
+// group commit: at most one Record in flight per scope (and maxSending
+// across scopes, the others queued in order), the next batch
 // accumulating meanwhile. A failure is sent as soon as the previous Record
 // returns, so it reaches the coordinator within about one round trip
 // however busy the scope; successes alone wait up to the record interval.
@@ -87,7 +90,12 @@ type recorder struct {
 	wg sync.WaitGroup
 
 	batches map[string]*batch // owned by the loop
-	flushBy time.Time         // set by stop before quit is closed
+	// sending counts the Records in flight, at most maxSending; queue
+	// holds, in order, the scopes whose batch must go and waits for one
+	// to return. Owned by the loop.
+	sending, maxSending int
+	queue               []string
+	flushBy             time.Time // set by stop before quit is closed
 
 	// waiting holds, per scope and in order, the outcomes and probe
 	// settlements added since the loop last took them: a call appends
@@ -112,9 +120,14 @@ func newRecorder(b *Breaker) *recorder {
 		quit:    make(chan struct{}),
 		stopped: make(chan struct{}),
 		batches: make(map[string]*batch),
-		waiting: make(map[string][]item),
-		spare:   make(map[string][]item),
-		kick:    make(chan struct{}, 1),
+		// Less than half a go-redis client's default pool (10 per
+		// GOMAXPROCS), so that a burst of Records over many scopes
+		// leaves connections to the admissions and does not time out
+		// waiting for one.
+		maxSending: 4 * runtime.GOMAXPROCS(0),
+		waiting:    make(map[string][]item),
+		spare:      make(map[string][]item),
+		kick:       make(chan struct{}, 1),
 	}
 	r.wg.Add(1)
 	go r.loop()
@@ -291,19 +304,50 @@ func (r *recorder) fullAt() int {
 }
 
 func (r *recorder) returned(rec recordDone) {
-	scope := rec.scope
-	bt := r.batches[scope]
+	bt := r.finished(rec)
 	if bt == nil {
 		return
 	}
-	bt.inflight, bt.calmFor = false, rec.calmFor
+	bt.calmFor = rec.calmFor
 	// The next batch takes everything of the scope that waited.
-	r.collect(scope)
-	r.ready(scope)
+	r.collect(rec.scope)
+	r.ready(rec.scope)
 }
 
-// send starts a Record of the scope's pending outcomes.
+// finished notes that a Record of rec's scope returned, and lets the
+// first scope waiting in the queue send (the longest waiting goes first,
+// before the scope that just returned sends again). It returns the
+// scope's batch, nil if the scope was forgotten.
+func (r *recorder) finished(rec recordDone) *batch {
+	r.sending--
+	for len(r.queue) > 0 && r.sending < r.maxSending {
+		scope := r.queue[0]
+		r.queue = r.queue[1:]
+		if bt := r.batches[scope]; bt != nil {
+			bt.queued = false
+			if !bt.inflight && len(bt.outcomes) > 0 {
+				r.send(scope, bt)
+			}
+		}
+	}
+	bt := r.batches[rec.scope]
+	if bt != nil {
+		bt.inflight = false
+	}
+	return bt
+}
+
+// send starts a Record of the scope's pending outcomes, or, while
+// maxSending Records are in flight, queues the scope until one returns.
 func (r *recorder) send(scope string, bt *batch) {
+	if r.sending >= r.maxSending {
+		if !bt.queued {
+			bt.queued = true
+			r.queue = append(r.queue, scope)
+		}
+		return
+	}
+	r.sending++
 	n := min(len(bt.outcomes), r.fullAt())
 	outcomes := make([]coordinator.Outcome, n)
 	copy(outcomes, bt.outcomes)
@@ -425,21 +469,17 @@ func (r *recorder) flush() {
 	timer := time.NewTimer(time.Until(r.flushBy))
 	defer timer.Stop()
 	for {
-		busy := false
 		for scope, bt := range r.batches {
 			if !bt.inflight && len(bt.outcomes) > 0 {
 				r.send(scope, bt)
 			}
-			busy = busy || bt.inflight
 		}
-		if !busy {
+		if r.sending == 0 {
 			return
 		}
 		select {
 		case rec := <-r.done:
-			if bt := r.batches[rec.scope]; bt != nil {
-				bt.inflight = false
-			}
+			r.finished(rec)
 		case <-timer.C:
 			for scope, bt := range r.batches {
 				if n := len(bt.outcomes); n > 0 {

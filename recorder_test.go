@@ -2,7 +2,9 @@ package cbgrpc
 
 import (
 	"context"
+	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
+	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
+	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
 // quietPolicy never trips in these tests, so every outcome counts.
@@ -352,4 +356,41 @@ func TestBlameCapsLinks(t *testing.T) {
 	if _, links := blame(outcomes, callers, a, coordinator.DefaultPolicy()); len(links) != maxLinks {
 		t.Errorf("%d links; want %d", len(links), maxLinks)
 	}
+}
+
+// TestABurstOverManyScopesKeepsItsOutcomes: a thousand scopes fail at
+// once over real Redis. One Record each would all be in flight together,
+// more than the go-redis client's pool holds, and those left waiting for a
+// connection past the coordinator timeout dropped their failures (484 of
+// 1,000 once). The recorder keeps at most maxSending Records in flight
+// and queues the rest: every failure reaches Redis.
+func TestABurstOverManyScopesKeepsItsOutcomes(t *testing.T) {
+	srv := redistest.Start(t)
+	tc := newTestCoordinator(t, cbredis.New(srv.Client(t)))
+	mt := newMetrics()
+	b := newBreaker(t, tc, WithMeterProvider(mt.mp))
+	ctx := context.Background()
+	const n = 1000
+	tickets := make([]ticket, n)
+	for i := range tickets {
+		tk, err := b.admit(ctx, fmt.Sprintf("burst-%d", i), "/s/M")
+		if err != nil || tk.fate != recorded {
+			t.Fatalf("admission %d: %+v, %v; want it admitted by the coordinator", i, tk, err)
+		}
+		tickets[i] = tk
+	}
+	fail := status.Error(codes.Unavailable, "down")
+	var wg sync.WaitGroup
+	for _, tk := range tickets {
+		wg.Go(func() { b.finish(ctx, tk, "/s/M", fail) })
+	}
+	wg.Wait()
+	eventually(t, "every failure recorded", func() bool { return tc.recorded.Load() >= n })
+	if dropped := mt.sum(t, "cbgrpc.outcomes.dropped"); dropped != 0 {
+		t.Errorf("%d outcomes dropped; want none", dropped)
+	}
+	if most, limit := tc.maxInflight.Load(), int64(b.rec.maxSending); most > limit {
+		t.Errorf("%d Records in flight at once; want at most %d", most, limit)
+	}
+	t.Logf("%d failures in %d Records, at most %d in flight", tc.recorded.Load(), tc.records.Load(), tc.maxInflight.Load())
 }
