@@ -152,7 +152,7 @@ func TestAdmitRetriedOnceWithSameClaim(t *testing.T) {
 	_, tc := memoryWith(t, coordinatortest.NewClock())
 	b := newBreaker(t, tc)
 	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, &service{}), b))
-	tc.failNext.Store(1)
+	tc.failAdmits.Store(1)
 	if _, err := client.EmptyCall(context.Background(), &testpb.Empty{}); err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestAdmitRetriedOnceWithSameClaim(t *testing.T) {
 	}
 
 	// Two transport errors: retried once, then the failure policy decides.
-	tc.failNext.Store(2)
+	tc.failAdmits.Store(2)
 	before := tc.admits.Load()
 	if _, err := client.EmptyCall(context.Background(), &testpb.Empty{}); err != nil {
 		t.Fatalf("fail-open: %v", err)

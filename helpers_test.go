@@ -187,11 +187,13 @@ type testCoordinator struct {
 	coordinator.Coordinator
 	mode    atomic.Int32
 	release chan struct{}
-	// failNext fails this many operations before mode applies;
+	// failAdmits and failSends fail this many Admits, or Records and
+	// Settles, before mode applies (apart, so that a call's asynchronous
+	// Record cannot use up a failure meant for the next call's Admit);
 	// failRecords fails every Record and Settle whatever the mode.
-	failNext    atomic.Int32
-	failRecords atomic.Bool
-	once        sync.Once
+	failAdmits, failSends atomic.Int32
+	failRecords           atomic.Bool
+	once                  sync.Once
 
 	admits, records, settles atomic.Int64
 	recorded, settled        atomic.Int64 // outcomes delivered
@@ -220,13 +222,13 @@ func (c *testCoordinator) set(m mode) { c.mode.Store(int32(m)) }
 
 func (c *testCoordinator) unblock() { c.once.Do(func() { close(c.release) }) }
 
-func (c *testCoordinator) gate() error {
+func (c *testCoordinator) gate(failNext *atomic.Int32) error {
 	for {
-		n := c.failNext.Load()
+		n := failNext.Load()
 		if n <= 0 {
 			break
 		}
-		if c.failNext.CompareAndSwap(n, n-1) {
+		if failNext.CompareAndSwap(n, n-1) {
 			return errTransport
 		}
 	}
@@ -244,7 +246,7 @@ func (c *testCoordinator) Admit(ctx context.Context, scope string, p coordinator
 	c.admits.Add(1)
 	n, _ := c.claims.LoadOrStore(claim, new(atomic.Int64))
 	n.(*atomic.Int64).Add(1)
-	if err := c.gate(); err != nil {
+	if err := c.gate(&c.failAdmits); err != nil {
 		return coordinator.Decision{}, err
 	}
 	return c.Coordinator.Admit(ctx, scope, p, claim)
@@ -269,7 +271,7 @@ func (c *testCoordinator) Record(ctx context.Context, q coordinator.RecordReques
 	if c.failRecords.Load() {
 		return coordinator.Result{}, errTransport
 	}
-	if err := c.gate(); err != nil {
+	if err := c.gate(&c.failSends); err != nil {
 		return coordinator.Result{}, err
 	}
 	c.recorded.Add(int64(len(outcomes)))
@@ -284,7 +286,7 @@ func (c *testCoordinator) Settle(ctx context.Context, scope string, p coordinato
 	if c.failRecords.Load() {
 		return coordinator.Result{}, errTransport
 	}
-	if err := c.gate(); err != nil {
+	if err := c.gate(&c.failSends); err != nil {
 		return coordinator.Result{}, err
 	}
 	c.settled.Add(1)

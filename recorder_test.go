@@ -183,7 +183,7 @@ func TestRecordRetrySameBatchID(t *testing.T) {
 	b := newBreaker(t, tc, WithPolicy(quietPolicy()))
 	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, &service{}), b))
 	client.EmptyCall(context.Background(), &testpb.Empty{})
-	tc.failNext.Store(1)
+	tc.failSends.Store(1)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
