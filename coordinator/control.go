@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Controller is implemented by coordinators that let an operator force a
@@ -123,43 +124,74 @@ const (
 // ErrInvalidNote is wrapped by every error that [Note.Validate] returns.
 var ErrInvalidNote = errors.New("invalid note")
 
+// NoteError is the error [Note.Validate] returns: Field is the field of
+// the [Note] that is wrong ("By", "Reason" or "For"), or "" when the
+// operation itself is.
+type NoteError struct {
+	Field string
+	msg   string
+}
+
+func (e *NoteError) Error() string { return ErrInvalidNote.Error() + ": " + e.msg }
+
+// Unwrap returns [ErrInvalidNote].
+func (e *NoteError) Unwrap() error { return ErrInvalidNote }
+
 // Validate reports whether n can go with op, one of "isolate", "release",
-// "disable" and "enable"; the error wraps [ErrInvalidNote] and says which
-// field is wrong and why. The Controller methods call it.
+// "disable", "enable" and "override"; the error is a [*NoteError], wraps
+// [ErrInvalidNote], and says which field is wrong and why. By and Reason
+// must be valid UTF-8 without control characters: they end up on
+// operators' terminals. The Controller methods call it.
 func (n Note) Validate(op string) error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidNote, fmt.Sprintf(format, args...))
+	bad := func(field, format string, args ...any) error {
+		return &NoteError{Field: field, msg: fmt.Sprintf(format, args...)}
 	}
 	switch op {
 	case "isolate", "disable":
 		if strings.TrimSpace(n.Reason) == "" {
-			return bad("a reason is required to %s a breaker", op)
+			return bad("Reason", "a reason is required to %s a breaker", op)
 		}
 	case "release", "enable", "override":
 	default:
-		return bad("unknown operation %q", op)
+		return bad("", "unknown operation %q", op)
 	}
 	if n.For < 0 {
-		return bad("For is %v; want 0 (until released) or more", n.For)
+		return bad("For", "For is %v; want 0 (until released) or more", n.For)
 	}
 	if n.For != 0 && op != "isolate" {
-		return bad("For is %v; only isolate takes a duration", n.For)
+		return bad("For", "For is %v; only isolate takes a duration", n.For)
 	}
 	if n.For != 0 && n.For < time.Millisecond {
-		return bad("For is %v; coordinators count whole milliseconds", n.For)
+		return bad("For", "For is %v; coordinators count whole milliseconds", n.For)
 	}
 	if len(n.By) > MaxNoteBy {
-		return bad("By is %d bytes; at most %d", len(n.By), MaxNoteBy)
+		return bad("By", "By is %d bytes; at most %d", len(n.By), MaxNoteBy)
 	}
 	if len(n.Reason) > MaxNoteReason {
-		return bad("Reason is %d bytes; at most %d", len(n.Reason), MaxNoteReason)
+		return bad("Reason", "Reason is %d bytes; at most %d", len(n.Reason), MaxNoteReason)
 	}
 	for _, f := range [...]struct{ name, v string }{{"By", n.By}, {"Reason", n.Reason}} {
+		if i := invalidUTF8(f.v); i >= 0 {
+			return bad(f.name, "%s holds the byte %#x at byte %d, which is not UTF-8; a note is text", f.name, f.v[i], i)
+		}
 		if i := strings.IndexFunc(f.v, unicode.IsControl); i >= 0 {
-			return bad("%s holds control character %q at byte %d; a note is one line of text", f.name, f.v[i], i)
+			r, _ := utf8.DecodeRuneInString(f.v[i:])
+			return bad(f.name, "%s holds control character %q at byte %d; a note is one line of text", f.name, r, i)
 		}
 	}
 	return nil
+}
+
+// invalidUTF8 is the index of the first byte of s that is not UTF-8, or -1.
+func invalidUTF8(s string) int {
+	for i, r := range s {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // Describe is the Reason of the transition that op with this note makes:

@@ -422,10 +422,20 @@ func testInvalidNoteIsAnError(t *testing.T, f Factory) {
 		{"isolate", coordinator.Note{Reason: "two\nlines"}},
 		{"enable", coordinator.Note{By: "tab\tby"}},
 		{"isolate", coordinator.Note{Reason: string(make([]byte, coordinator.MaxNoteReason+1))}},
+		// 0x9b alone is no UTF-8, but a control sequence introducer to an
+		// 8-bit terminal; U+009B is the same as a rune.
+		{"isolate", coordinator.Note{Reason: "\x9b2J outage"}},
+		{"isolate", coordinator.Note{Reason: "outage", By: "\xffalice"}},
+		{"release", coordinator.Note{Reason: "fixed \xe2\x82"}},
+		{"isolate", coordinator.Note{Reason: "\u009b2J outage"}},
 	} {
 		_, err := h.controlErr(c.op, c.note)
 		if !errors.Is(err, coordinator.ErrInvalidNote) {
 			t.Errorf("%s with %+.60v: error %v; want one wrapping coordinator.ErrInvalidNote", c.op, c.note, err)
+		}
+		var ne *coordinator.NoteError
+		if !errors.As(err, &ne) || ne.Field == "" {
+			t.Errorf("%s with %+.60v: error %v; want a *NoteError naming the field", c.op, c.note, err)
 		}
 	}
 	bad := basePolicy()

@@ -160,6 +160,10 @@ func testOverrideInvalidIsRefused(t *testing.T, f Factory) {
 		coordinator.Note{Reason: "two\nlines"}); !errors.Is(err, coordinator.ErrInvalidNote) {
 		t.Errorf("SetOverride with a note of two lines = %v; want ErrInvalidNote", err)
 	}
+	if _, err := c.SetOverride(t.Context(), coordinator.ScopeTarget(h.scope), coordinator.Override{"MinCalls": "5"},
+		coordinator.Note{Reason: "\x9b2J"}); !errors.Is(err, coordinator.ErrInvalidNote) {
+		t.Errorf("SetOverride with a note that is not UTF-8 = %v; want ErrInvalidNote", err)
+	}
 	h.wantOverrides("after the refusals", h.overrides(), before)
 }
 
