@@ -174,8 +174,8 @@ func TestCLI(t *testing.T) {
 	}
 
 	// isolate
-	c.want(2, "", "cbctl: isolate: invalid note: a reason is required to isolate a breaker", "isolate", "svc/pkg.S/Down")
-	c.want(2, "", "cbctl: isolate: invalid note: For is -1s", "isolate", "svc/pkg.S/Down", "--reason", "x", "--for", "-1s")
+	c.want(2, "", "cbctl: isolate: --reason: invalid note: a reason is required to isolate a breaker", "isolate", "svc/pkg.S/Down")
+	c.want(2, "", "cbctl: isolate: --for: invalid note: For is -1s", "isolate", "svc/pkg.S/Down", "--reason", "x", "--for", "-1s")
 	c.want(2, "", "want one SCOPE, got 0 arguments", "isolate", "--reason", "x")
 	c.want(3, "", "cbctl: isolate: scope svc/pkg.S/Down not found", "isolate", "svc/pkg.S/Down", "--reason", "x")
 	c.wantChange(f, "svc/pkg.S/Down", "closed -> isolated gen %d: isolated by alice for 1h0m0s: payments outage",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
@@ -116,7 +117,7 @@ func cmdControl(op string) func(ctx context.Context, e *env, args []string) erro
 				return err
 			}
 			if err := n.Validate(op); err != nil {
-				return usageErr("%v", err)
+				return noteUsageErr(err)
 			}
 			return e.checkReplicaFlags()
 		})
@@ -139,6 +140,16 @@ func cmdControl(op string) func(ctx context.Context, e *env, args []string) erro
 		}
 		return e.confirmed(res.Replicas)
 	}
+}
+
+// noteUsageErr is a note that Validate refused, as a usage error naming
+// the flag of the wrong field: --by, --reason or --for.
+func noteUsageErr(err error) error {
+	var ne *coordinator.NoteError
+	if errors.As(err, &ne) && ne.Field != "" {
+		return usageErr("--%s: %v", strings.ToLower(ne.Field), err)
+	}
+	return usageErr("%v", err)
 }
 
 // replicaFlags adds the flags that bound the wait for replicas after an

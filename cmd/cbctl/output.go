@@ -28,11 +28,27 @@ func formatTime(t time.Time) string {
 // else Go-quoted, so that a table row stays one line of fields.
 func quoteScope(s string) string {
 	if s != "" && !strings.HasPrefix(s, `"`) && strings.IndexFunc(s, func(r rune) bool {
-		return r == unicode.ReplacementChar || unicode.IsSpace(r) || !unicode.IsPrint(r)
+		return unprintable(r) || unicode.IsSpace(r)
 	}) < 0 {
 		return s
 	}
 	return strconv.Quote(s)
+}
+
+// quoteText prints text that cbctl did not write, as the coordinator
+// stored it (a note, a transition's reason, a fingerprint), as is when it
+// is printable UTF-8, else Go-quoted: a byte that an older version or a
+// hand in redis-cli stored never reaches the terminal raw.
+func quoteText(s string) string {
+	if !strings.HasPrefix(s, `"`) && strings.IndexFunc(s, unprintable) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// unprintable: a byte that is not UTF-8 reads as unicode.ReplacementChar.
+func unprintable(r rune) bool {
+	return r == unicode.ReplacementChar || !unicode.IsPrint(r)
 }
 
 func writeTable(w io.Writer, list []coordinator.Snapshot) error {
@@ -51,9 +67,9 @@ func note(s coordinator.Snapshot) string {
 	case s.ForcedAt.IsZero():
 		return "-"
 	case s.Operator.By == "":
-		return s.Operator.Reason
+		return quoteText(s.Operator.Reason)
 	}
-	return "by " + s.Operator.By + ": " + s.Operator.Reason
+	return "by " + quoteText(s.Operator.By) + ": " + quoteText(s.Operator.Reason)
 }
 
 func writeDetail(w io.Writer, s coordinator.Snapshot) error {
@@ -73,24 +89,24 @@ func writeDetail(w io.Writer, s coordinator.Snapshot) error {
 	row("probe successes", s.ProbeSuccesses)
 	if !s.ForcedAt.IsZero() {
 		row("forced at", formatTime(s.ForcedAt))
-		row("by", orDash(s.Operator.By))
-		row("reason", orDash(s.Operator.Reason))
+		row("by", orDash(quoteText(s.Operator.By)))
+		row("reason", orDash(quoteText(s.Operator.Reason)))
 		if s.Operator.For > 0 {
 			row("for", s.Operator.For)
 		}
 	}
 	if t := s.LastTrip; !t.At.IsZero() {
-		row("last trip", fmt.Sprintf("%s gen %d: %s", formatTime(t.At), t.Generation, t.Reason))
+		row("last trip", fmt.Sprintf("%s gen %d: %s", formatTime(t.At), t.Generation, quoteText(t.Reason)))
 		row("window at the trip", fmt.Sprintf("%d calls, %d failures, %d slow", t.Calls, t.Failures, t.Slow))
 	}
 	row("outliers", len(s.Outliers))
 	for _, o := range s.Outliers {
-		row("outlier", fmt.Sprintf("%s since %s, until %s: %s", quoteScope(o.Replica), formatTime(o.Since), formatTime(o.Until), o.Reason))
+		row("outlier", fmt.Sprintf("%s since %s, until %s: %s", quoteScope(o.Replica), formatTime(o.Since), formatTime(o.Until), quoteText(o.Reason)))
 	}
 	if len(s.Policies) == 0 {
 		row("policy in force", "- (no Record in the last window)")
 	} else {
-		row("policy in force", fmt.Sprintf("%s (%v)", s.Policies[0].Fingerprint, s.Policies[0].Source))
+		row("policy in force", fmt.Sprintf("%s (%v)", quoteText(s.Policies[0].Fingerprint), s.Policies[0].Source))
 	}
 	row("policies seen", policiesSeen(len(s.Policies)))
 	return tw.Flush()
@@ -114,7 +130,7 @@ func orDash(s string) string {
 // transitionLine is one transition on one line:
 // "2030-01-01T00:00:00.000Z svc/Method closed -> isolated gen 4: isolated by alice: outage".
 func transitionLine(t coordinator.Transition) string {
-	return fmt.Sprintf("%s %s %v -> %v gen %d: %s", formatTime(t.At), quoteScope(t.Scope), t.From, t.To, t.Generation, t.Reason)
+	return fmt.Sprintf("%s %s %v -> %v gen %d: %s", formatTime(t.At), quoteScope(t.Scope), t.From, t.To, t.Generation, quoteText(t.Reason))
 }
 
 type noteJSON struct {

@@ -82,7 +82,7 @@ func cmdPolicy(ctx context.Context, e *env, args []string) error {
 			return usageErr("%v", err)
 		}
 		if err := n.Validate("override"); err != nil {
-			return usageErr("%v", err)
+			return noteUsageErr(err)
 		}
 		return e.checkReplicaFlags()
 	})
@@ -192,7 +192,7 @@ func showPolicy(ctx context.Context, e *env, c *cbredis.Coordinator, p coordinat
 		return tw.Flush()
 	}
 	now := s.Policies[0]
-	line := fmt.Sprintf("%s (%v), last recorded %s", now.Fingerprint, now.Source, formatTime(now.At))
+	line := fmt.Sprintf("%s (%v), last recorded %s", quoteText(now.Fingerprint), now.Source, formatTime(now.At))
 	if last := latest(ov.Fleet, ov.Scope); now.At.Before(last) {
 		// Records carry the policy a Breaker ran when it sent them: none
 		// has come since the change, so none can show it yet.
@@ -206,7 +206,7 @@ func showPolicy(ctx context.Context, e *env, c *cbredis.Coordinator, p coordinat
 	}
 	fmt.Fprintf(tw, "policies seen:\t%d in the last window: replicas differ, or the policy changed in it\n", len(s.Policies))
 	for _, sp := range s.Policies[1:] {
-		fmt.Fprintf(tw, "\t%s (%v), last recorded %s: %s\n", sp.Fingerprint, sp.Source, formatTime(sp.At), differs(sp.Policy, now.Policy))
+		fmt.Fprintf(tw, "\t%s (%v), last recorded %s: %s\n", quoteText(sp.Fingerprint), sp.Source, formatTime(sp.At), differs(sp.Policy, now.Policy))
 	}
 	return tw.Flush()
 }
@@ -247,16 +247,16 @@ func writeLayers(w io.Writer, target coordinator.Target, o coordinator.Overrides
 		if fields == "" {
 			fields = "none"
 		}
-		fmt.Fprintf(w, "%s:\t%s\n", name, fields)
+		fmt.Fprintf(w, "%s:\t%s\n", name, quoteText(fields))
 		if l.Version == 0 {
 			return
 		}
 		meta := fmt.Sprintf("version %d at %s", l.Version, formatTime(l.At))
 		if l.By != "" {
-			meta += " by " + l.By
+			meta += " by " + quoteText(l.By)
 		}
 		if l.Reason != "" {
-			meta += ": " + l.Reason
+			meta += ": " + quoteText(l.Reason)
 		}
 		fmt.Fprintf(w, "\t%s\n", meta)
 	}
