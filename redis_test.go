@@ -385,3 +385,43 @@ func restoreAll(t *testing.T, rdb *goredis.Client, saved map[string]string) {
 		}
 	}
 }
+
+// TestRedisForeignMessageKeepsTheFeed: a message on a scope's channel that
+// no coordinator published (anyone with PUBLISH can send one) does not
+// end the Breaker's feed: no loss counted, the scope stays followed, and a
+// trip published after it still reaches the table.
+func TestRedisForeignMessageKeepsTheFeed(t *testing.T) {
+	srv := redistest.Start(t)
+	m := newMetrics()
+	coord := cbredis.New(srv.Client(t))
+	b := newBreaker(t, coord, WithPolicy(tripPolicy()), WithMeterProvider(m.mp))
+	other := newBreaker(t, cbredis.New(srv.Client(t)), WithPolicy(tripPolicy()), WithAdmissionCache(0))
+	const scope = "feed/foreign"
+	admitN(t, b, scope, 1)
+	eventually(t, "the feed follows the scope", func() bool { return followed(b, scope) })
+
+	ctx := context.Background()
+	admin := srv.Client(t)
+	channels, err := admin.PubSubChannels(ctx, "*:transitions").Result()
+	if err != nil || len(channels) != 1 {
+		t.Fatalf("PUBSUB CHANNELS: %q, %v; want the scope's channel", channels, err)
+	}
+	if err := admin.Publish(ctx, channels[0], "\x9b2J not a transition").Err(); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := other.admit(ctx, scope, testMethod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.finish(ctx, tk, "/m", errTransport)
+	eventually(t, "the trip reaches the table", func() bool {
+		e, ok := cached(b, scope)
+		return ok && e.state == coordinator.StateOpen
+	})
+	if n := m.sum(t, "cbgrpc.feed.losses"); n != 0 {
+		t.Errorf("cbgrpc.feed.losses = %d after a foreign message; want 0", n)
+	}
+	if n := coord.IgnoredMessages(); n != 1 {
+		t.Errorf("IgnoredMessages() = %d; want 1", n)
+	}
+}

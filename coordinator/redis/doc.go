@@ -115,7 +115,10 @@
 // is a subscription left on an old master that others still publish to
 // while the Watch's commands go to a new one (a split brain); heartbeat.go
 // says what the Watch does then. A Watch that follows no scope holds no
-// subscription and sends no heartbeat. The cost, per node that serves a
+// subscription and sends no heartbeat. A message on a followed channel
+// that no script of this module published (anyone with PUBLISH can send
+// one) is ignored and counted ([Coordinator.IgnoredMessages]); it does not
+// end the feed. The cost, per node that serves a
 // scope a replica follows: two commands a second per shared channel,
 // which all its followers receive, and nothing per replica. On a single
 // server every Watch of the prefix shares one channel; on a Cluster,

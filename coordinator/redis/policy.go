@@ -194,8 +194,8 @@ func (w *watch) FollowPolicies(ctx context.Context, f func(coordinator.PolicyCha
 
 // policyChanged hands a change published on ch ("policy <version>") to
 // the follower of policies, if the Watch follows ch's scope or ch is the
-// fleet default's.
-func (w *watch) policyChanged(ch, version string) error {
+// fleet default's, and counts one with no version as foreign.
+func (w *watch) policyChanged(ch, version string) {
 	w.mu.Lock()
 	f, scope, followed := w.policies, "", ch == w.fleet
 	if !followed {
@@ -203,16 +203,17 @@ func (w *watch) policyChanged(ch, version string) error {
 	}
 	w.mu.Unlock()
 	if f == nil || !followed {
-		return nil
+		return
 	}
 	v, err := strconv.ParseUint(version, 10, 64)
 	if err != nil {
-		return fmt.Errorf("redis coordinator: watch: malformed policy change %q: %w", version, coordinator.ErrFeedLost)
+		// Not from a script of ours (see IgnoredMessages).
+		w.c.foreign.Add(1)
+		return
 	}
 	t := coordinator.FleetDefault
 	if ch != w.fleet {
 		t = coordinator.ScopeTarget(scope)
 	}
 	f(coordinator.PolicyChange{Target: t, Version: v})
-	return nil
 }

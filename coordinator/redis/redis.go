@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -53,6 +54,8 @@ type Coordinator struct {
 	replicaTimeout time.Duration
 	heartbeat      time.Duration // a Watch's heartbeat period; silence after 3 of them is a lost feed
 	sharedCap      int           // followers a shared heartbeat channel keeps at most (sharedheartbeat.go)
+
+	foreign atomic.Uint64 // messages its Watches ignored (IgnoredMessages)
 }
 
 var _ coordinator.Coordinator = (*Coordinator)(nil)

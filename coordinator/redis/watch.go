@@ -328,10 +328,7 @@ func (w *watch) read(s *sub) {
 				continue
 			}
 			if version, ok := strings.CutPrefix(m.Payload, "policy "); ok {
-				if err := w.policyChanged(m.Channel, version); err != nil {
-					w.fail(err)
-					return
-				}
+				w.policyChanged(m.Channel, version)
 				continue
 			}
 			waited := time.Now()
@@ -433,33 +430,40 @@ func (w *watch) Next(ctx context.Context) (coordinator.Transition, error) {
 			// Published before the scope was unfollowed.
 			continue
 		}
-		t, err := parseTransition(scope, m.Payload)
-		if err != nil {
-			err = fmt.Errorf("redis coordinator: watch %s: %v: %w", abbreviate(scope), err, coordinator.ErrFeedLost)
-			w.fail(err)
-			return coordinator.Transition{}, err
+		t, ok := parseTransition(scope, m.Payload)
+		if !ok {
+			// Not from a script of ours: anyone with PUBLISH can send it.
+			w.c.foreign.Add(1)
+			continue
 		}
 		return t, nil
 	}
 }
 
 // parseTransition reads "from to generation at open_until reason" (publish
-// in lib.lua).
-func parseTransition(scope, payload string) (coordinator.Transition, error) {
+// in lib.lua), and reports whether payload is one.
+func parseTransition(scope, payload string) (coordinator.Transition, bool) {
 	f := strings.SplitN(payload, " ", 6)
 	if len(f) != 6 {
-		return coordinator.Transition{}, fmt.Errorf("malformed transition %q", payload)
+		return coordinator.Transition{}, false
 	}
 	var n [5]int64
 	for i := range n {
 		v, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil || v < 0 {
-			return coordinator.Transition{}, fmt.Errorf("malformed transition %q", payload)
+		if err != nil || v < 0 || i < 2 && v > int64(coordinator.StateDisabled) {
+			return coordinator.Transition{}, false
 		}
 		n[i] = v
 	}
-	return newTransition(scope, n[0], n[1], uint64(n[2]), n[3], n[4], f[5]), nil
+	return newTransition(scope, n[0], n[1], uint64(n[2]), n[3], n[4], f[5]), true
 }
+
+// IgnoredMessages counts the messages that the Watches of c heard on a
+// followed channel and ignored because no script of this module published
+// them: a transition that does not parse, or an override change with no
+// version. Anyone with PUBLISH on the server can send such a message;
+// ignoring it keeps the feed, and a count above zero says someone does.
+func (c *Coordinator) IgnoredMessages() uint64 { return c.foreign.Load() }
 
 // Close waits for the heartbeat in flight, if any: over a server that
 // stopped answering, up to the client's ReadTimeout when the client ignores
