@@ -35,17 +35,26 @@ func (r *pushbackRule) applies(method string, code codes.Code) bool {
 	return r != nil && r.codes[code] && (len(r.methods) == 0 || r.methods.has(method))
 }
 
+// stayAway is the period pushbackOf gives a pushback that says "do not
+// call again soon": coordinator.Pusher takes a period below 1 as the
+// longest the policy allows.
+const stayAway time.Duration = -1
+
 // pushbackOf reads the pushback an answer carries: the pushback trailer,
 // else a google.rpc.RetryInfo detail of its status. ok is false when it
-// carries none. A trailer that is negative or no integer, or a RetryInfo
-// with a negative or unreadable delay, says "do not call again soon", as
-// gRPC's retry design reads a malformed pushback: period 0, which
-// coordinator.Pusher takes as the longest period the policy allows.
+// carries none, or a pushback of 0, which in gRPC's retry design means
+// "retry now": nothing to push, the call's outcome counts as any other.
+// A trailer that is negative or no integer, or a RetryInfo with a
+// negative or unreadable delay, says "do not call again soon", as gRPC's
+// retry design reads a malformed pushback: period stayAway.
 func pushbackOf(st *status.Status, trailer metadata.MD) (period time.Duration, reason string, ok bool) {
 	if v := trailer.Get(pushbackTrailer); len(v) > 0 {
 		ms, err := strconv.ParseInt(strings.TrimSpace(v[0]), 10, 64)
 		if err != nil || ms < 0 {
-			return 0, fmt.Sprintf("server pushback: %s %q, do not call again soon", pushbackTrailer, v[0]), true
+			return stayAway, fmt.Sprintf("server pushback: %s %q, do not call again soon", pushbackTrailer, v[0]), true
+		}
+		if ms == 0 {
+			return 0, "", false
 		}
 		d := time.Duration(ms) * time.Millisecond
 		if ms > int64(24*time.Hour/time.Millisecond) {
@@ -60,9 +69,12 @@ func pushbackOf(st *status.Status, trailer metadata.MD) (period time.Duration, r
 		}
 		delay := ri.GetRetryDelay()
 		if delay.CheckValid() != nil || delay.AsDuration() < 0 {
-			return 0, "server pushback: RetryInfo with an unreadable delay, do not call again soon", true
+			return stayAway, "server pushback: RetryInfo with an unreadable delay, do not call again soon", true
 		}
 		d := delay.AsDuration()
+		if d == 0 {
+			return 0, "", false
+		}
 		return d, fmt.Sprintf("server pushback %v (RetryInfo)", d), true
 	}
 	return 0, "", false
@@ -74,11 +86,12 @@ func pushbackOf(st *status.Status, trailer metadata.MD) (period time.Duration, r
 // that carries gRPC's grpc-retry-pushback-ms trailer or a
 // google.rpc.RetryInfo detail opens the scope's breaker for the time the
 // server asked, capped at the policy's MaxOpenFor (OpenFor without
-// back-off), then probes as after any trip. A negative or malformed
-// pushback means "do not call again soon", as gRPC's retry design reads
-// it: the cap. One transition per generation, however many calls got the
-// answer (coordinator.Pusher fences it); its reason says "server pushback
-// 2s".
+// back-off), then probes as after any trip. A pushback of 0 means "retry
+// now", as in gRPC's retry design: it opens nothing, and the call counts
+// as any other. A negative or malformed pushback means "do not call again
+// soon": the cap. One transition per generation, however many calls got
+// the answer (coordinator.Pusher fences it); its reason says "server
+// pushback 2s".
 //
 // Off by default, and scoped on purpose: a per-user quota error carrying
 // RetryInfo (ResourceExhausted from a rate limiter) must not open the

@@ -45,23 +45,21 @@ func TestPushbackOf(t *testing.T) {
 	}{
 		{"none", plain, nil, 0, "", false},
 		{"trailer", plain, metadata.Pairs(pushbackTrailer, "2000"), 2 * time.Second, "server pushback 2s", true},
-		{"trailer zero", plain, metadata.Pairs(pushbackTrailer, "0"), 0, "server pushback 0s", true},
-		{"trailer negative", plain, metadata.Pairs(pushbackTrailer, "-1"), 0, "do not call again soon", true},
-		{"trailer not a number", plain, metadata.Pairs(pushbackTrailer, "soon"), 0, `"soon", do not call again soon`, true},
+		{"trailer zero: retry now", plain, metadata.Pairs(pushbackTrailer, "0"), 0, "", false},
+		{"trailer negative", plain, metadata.Pairs(pushbackTrailer, "-1"), stayAway, "do not call again soon", true},
+		{"trailer not a number", plain, metadata.Pairs(pushbackTrailer, "soon"), stayAway, `"soon", do not call again soon`, true},
 		{"trailer absurd", plain, metadata.Pairs(pushbackTrailer, "99999999999999999"), 24 * time.Hour, "server pushback 24h0m0s", true},
 		{"RetryInfo", retryInfo(t, durationpb.New(1500*time.Millisecond)), nil, 1500 * time.Millisecond, "server pushback 1.5s (RetryInfo)", true},
-		{"RetryInfo negative", retryInfo(t, durationpb.New(-time.Second)), nil, 0, "unreadable delay", true},
-		{"RetryInfo invalid", retryInfo(t, &durationpb.Duration{Seconds: 1, Nanos: -5}), nil, 0, "unreadable delay", true},
+		{"RetryInfo zero: retry now", retryInfo(t, durationpb.New(0)), nil, 0, "", false},
+		{"RetryInfo negative", retryInfo(t, durationpb.New(-time.Second)), nil, stayAway, "unreadable delay", true},
+		{"RetryInfo invalid", retryInfo(t, &durationpb.Duration{Seconds: 1, Nanos: -5}), nil, stayAway, "unreadable delay", true},
 		{"RetryInfo absurd", retryInfo(t, &durationpb.Duration{Seconds: 315576000000}), nil, time.Duration(1<<63 - 1), "RetryInfo", true},
 		{"trailer before RetryInfo", retryInfo(t, durationpb.New(time.Minute)), metadata.Pairs(pushbackTrailer, "10"), 10 * time.Millisecond, "server pushback 10ms", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			period, reason, ok := pushbackOf(c.st, c.trailer)
-			if ok != c.ok || (c.period != 0 || c.name == "trailer zero") && period != c.period || !strings.Contains(reason, c.reason) {
+			if ok != c.ok || ok && (period != c.period || !strings.Contains(reason, c.reason)) {
 				t.Errorf("pushbackOf = %v, %q, %v; want %v, %q, %v", period, reason, ok, c.period, c.reason, c.ok)
-			}
-			if c.period == 0 && period != 0 && c.ok {
-				t.Errorf("period %v; want 0 (the longest the policy allows)", period)
 			}
 		})
 	}
@@ -93,15 +91,24 @@ func TestPushbackRuleApplies(t *testing.T) {
 }
 
 // pushingBack answers every EmptyCall with ResourceExhausted and the
-// pushback trailer set to its value, and every stream likewise.
+// pushback trailer set to its value, or, when retry is set, a RetryInfo
+// detail with that delay; and every stream with the trailer.
 type pushingBack struct {
 	testgrpc.UnimplementedTestServiceServer
 	trailer string
+	retry   *durationpb.Duration
 	calls   atomic.Int64
 }
 
 func (s *pushingBack) EmptyCall(ctx context.Context, _ *testpb.Empty) (*testpb.Empty, error) {
 	s.calls.Add(1)
+	if s.retry != nil {
+		st, err := status.New(codes.ResourceExhausted, "overloaded").WithDetails(&errdetails.RetryInfo{RetryDelay: s.retry})
+		if err != nil {
+			return nil, err
+		}
+		return nil, st.Err()
+	}
 	grpc.SetTrailer(ctx, metadata.Pairs(pushbackTrailer, s.trailer))
 	return nil, status.Error(codes.ResourceExhausted, "overloaded")
 }
@@ -323,5 +330,41 @@ func TestServerPushbackLeavesTheCallersOptionsAlone(t *testing.T) {
 	}
 	if spare := opts[:cap(opts)]; spare[0] != mine || spare[1] != nil {
 		t.Errorf("the caller's options after the call: %v; want its own option and nothing written past it", spare)
+	}
+}
+
+// TestServerPushbackOfZeroIsRetryNow: a pushback of 0, as the trailer or
+// as RetryInfo, means "retry now" in gRPC's retry design: it opens
+// nothing, and the call is counted as any other.
+func TestServerPushbackOfZeroIsRetryNow(t *testing.T) {
+	p := coordinator.DefaultPolicy()
+	p.MaxOpenFor = time.Minute
+	for name, svc := range map[string]*pushingBack{
+		"trailer":   {trailer: "0"},
+		"RetryInfo": {retry: durationpb.New(0)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := memory.New()
+			b := newBreaker(t, c, WithPolicy(p), WithServerPushback([]codes.Code{codes.ResourceExhausted}),
+				WithScope(func(context.Context, string, string) string { return "s" }))
+			client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, svc), b))
+			if _, err := client.EmptyCall(context.Background(), &testpb.Empty{}); status.Code(err) != codes.ResourceExhausted {
+				t.Fatalf("call: %v", err)
+			}
+			var s coordinator.Snapshot
+			eventually(t, "the call to be recorded", func() bool {
+				var err error
+				if s, err = c.Snapshot(context.Background(), "s", p); err != nil {
+					t.Fatal(err)
+				}
+				return s.Calls == 1 || s.State != coordinator.StateClosed
+			})
+			if s.State != coordinator.StateClosed || s.LastTrip.Reason != "" {
+				t.Errorf("after a pushback of 0: %v, last trip %+v; want closed, the call counted", s.State, s.LastTrip)
+			}
+			if _, err := client.EmptyCall(context.Background(), &testpb.Empty{}); errors.Is(err, ErrOpen) || svc.calls.Load() != 2 {
+				t.Errorf("the next call: %v; want it to reach the server", err)
+			}
+		})
 	}
 }

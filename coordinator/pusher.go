@@ -20,8 +20,10 @@ type Pusher interface {
 	// disabled breaker never opens.
 	//
 	// The period is capped at p.MaxOpenFor, or p.OpenFor when there is no
-	// back-off; a period of 0 or less asks for that cap. Reopening after
-	// it doubles from it, as after any open period.
+	// back-off; a period of 0 or less asks for that cap: a pushback that
+	// says "do not call again soon". (A server's pushback of 0 says "retry
+	// now": no push at all.) Reopening after it doubles from it, as after
+	// any open period.
 	Push(ctx context.Context, scope string, p Policy, gen uint64, period time.Duration, reason string) (Result, error)
 }
 
