@@ -14,10 +14,16 @@ type Pusher interface {
 	// Push opens scope's breaker, fleet-wide, for period, as one
 	// transition with reason, if the breaker is closed or half-open in
 	// generation gen: the generation the pushed-back call was admitted
-	// under. In any other state or generation the push is stale
-	// (Result.Stale 1) and changes nothing, so a burst of pushbacks
-	// answered to calls of one generation makes one transition. A
-	// disabled breaker never opens.
+	// under. The call's own outcome may land first and open the breaker
+	// by the rules (the failure that trips the window, a failed probe):
+	// then, if the rules opened it from gen and no push has set the
+	// period since, Push sets the open period to end period from now,
+	// with no transition (Result.Transition nil, Stale 0), so that the
+	// server's time wins whichever lands first. In any other state or
+	// generation the push is stale (Result.Stale 1) and changes nothing,
+	// so a burst of pushbacks answered to calls of one generation makes
+	// one transition and sets the period once. A disabled breaker never
+	// opens.
 	//
 	// The period is capped at p.MaxOpenFor, or p.OpenFor when there is no
 	// back-off; a period of 0 or less asks for that cap: a pushback that

@@ -63,7 +63,7 @@ func Compare(t *testing.T, newCoordinator Factory, opts CompareOptions) {
 		if (i == pathLostState || i == pathFenced) && opts.LoseState == nil {
 			continue
 		}
-		if i >= pathRejectedIsolated && !controlled || i == pathPushed && !pushed {
+		if i >= pathRejectedIsolated && !controlled || (i == pathPushed || i == pathPushSetPeriod) && !pushed {
 			continue
 		}
 		counts = append(counts, fmt.Sprintf("%s %d", pathNames[i], n))
@@ -104,6 +104,7 @@ const (
 	pathReplicasEvicted
 	// with a coordinator.Pusher
 	pathPushed
+	pathPushSetPeriod
 	// with LoseState
 	pathLostState
 	pathFenced
@@ -127,7 +128,7 @@ var pathNames = [numPaths]string{
 	"born again after forgetting", "born above a generation seen", "admitted while ramping", "throttled counted",
 	"window re-laid", "counted in another layout", "policies seen > 1",
 	"outlier found", "outlier's outcomes stale", "outlier's probe failed", "outlier's probe succeeded",
-	"tripped leaving out replicas", "outliers listed", "more replicas failed than tracked", "pushed open", "lost state", "fenced after a loss",
+	"tripped leaving out replicas", "outliers listed", "more replicas failed than tracked", "pushed open", "pushback set its trip's period", "lost state", "fenced after a loss",
 	"rejected while isolated", "isolated", "isolation ended", "released", "disabled", "counted while disabled", "enabled",
 	"override set", "override reset", "answered an override's version",
 }
@@ -228,8 +229,9 @@ type cmpScope struct {
 	failedGen uint64
 	losses    int // for naming the reference's next scope
 	// gen is the generation of the last answer about alias; 0 before the
-	// first.
-	gen uint64
+	// first. prev is the one before it: the generation a breaker that
+	// just opened opened from.
+	gen, prev uint64
 	// laid is the policy of the Record that laid the window out, in
 	// generation laidGen, and laidAt the start of the last bucket a
 	// Record of its layout counted in: the layout its window is written
@@ -374,7 +376,7 @@ func (d *driver) loseState(s *cmpScope) {
 	d.eachCall(s, func(c *call) { c.lost = true })
 	s.losses++
 	s.alias = fmt.Sprintf("%s#lost-%d", s.name, s.losses)
-	s.gen = 0
+	s.gen, s.prev = 0, 0
 	d.clock.Advance(time.Millisecond)
 	d.hit(pathLostState)
 	d.note("lose state of s%d, advance 1ms", s.index)
@@ -403,6 +405,9 @@ func (d *driver) eachCall(s *cmpScope, f func(*call)) {
 func (d *driver) learn(s *cmpScope, gen uint64, t *coordinator.Transition) {
 	if s.gen != 0 && gen != s.gen && t == nil {
 		d.hit(pathBornAgain)
+	}
+	if gen != s.gen {
+		s.prev = s.gen
 	}
 	s.gen = gen
 }

@@ -429,12 +429,13 @@ func (d *driver) override(s *cmpScope) {
 }
 
 // push is a server's pushback answered to a call of s: of the generation
-// last answered, or an older one.
+// last answered, or of the one before it (a call whose outcome may have
+// opened the breaker since).
 func (d *driver) push(s *cmpScope) {
 	ctx := context.Background()
 	gen := s.gen
 	if d.rng.IntN(4) == 0 && gen > 0 {
-		gen--
+		gen = s.prev
 	}
 	periods := []time.Duration{0, 30 * time.Millisecond, 250 * time.Millisecond, time.Hour, -time.Second}
 	period := periods[d.rng.IntN(len(periods))]
@@ -447,6 +448,8 @@ func (d *driver) push(s *cmpScope) {
 	d.sameResult(s, fmt.Sprintf("Push(gen %d, %v)", gen, period), rr, sr, 0)
 	if rr.Transition != nil {
 		d.hit(pathPushed)
+	} else if rr.Stale == 0 {
+		d.hit(pathPushSetPeriod)
 	}
 }
 

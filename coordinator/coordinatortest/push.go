@@ -11,6 +11,9 @@ import (
 // The optional server pushback (coordinator.Pusher): a server's "stay
 // away for d" opens the breaker fleet-wide for d, capped, as one
 // transition fenced by the generation of the call that got the answer.
+// When that call's own outcome got there first and opened the breaker by
+// the rules, the push sets the open period instead: the server's word
+// wins, whichever lands first, and still with one transition.
 
 func (h *harness) pusher() coordinator.Pusher {
 	h.t.Helper()
@@ -105,6 +108,87 @@ func testPushFencedByGeneration(t *testing.T, f Factory) {
 	h.control("disable", outage)
 	dis := h.snapshot().Generation
 	h.wantResult("while disabled", h.push(dis, time.Second, "server pushback"), disabled, dis, 1)
+}
+
+// testPushAfterItsTripSetsThePeriod: the failure that tips the window
+// lands before its pushback; the push of the closed generation then sets
+// the open period to the server's, longer or shorter than OpenFor, with
+// no transition of its own. The rest of the burst is stale.
+func testPushAfterItsTripSetsThePeriod(t *testing.T, f Factory) {
+	for _, asked := range []time.Duration{30 * time.Second, 20 * time.Millisecond} {
+		p := basePolicy()
+		p.MaxOpenFor = time.Minute
+		h := newHarness(t, f, p).on(t.Name() + "/" + asked.String())
+		h.pusher()
+		gen := h.closedGen()
+		tr := h.tripTransition()
+		h.advance(time.Millisecond) // the push lands later than the Record
+		res := h.push(gen, asked, "server pushback")
+		h.wantResult("the pushback of the call that tipped the window", res, open, tr.Generation, 0)
+		h.wantNoTransition("the pushback of the call that tipped the window", res.Transition)
+		if res.RetryAfter != asked {
+			t.Errorf("pushback of %v after its trip: open for %v more; want %v", asked, res.RetryAfter, asked)
+		}
+		h.wantResult("the rest of the burst", h.push(gen, time.Hour, "server pushback 1h"), open, tr.Generation, 1)
+		if s := h.snapshot(); !s.OpenUntil.Equal(h.now().Add(asked)) {
+			t.Errorf("open until %v; want %v, the server's time", s.OpenUntil, h.now().Add(asked))
+		}
+		h.wantRejected("admitted during the pushed period", h.admit("a"), open, tr.Generation, asked)
+		h.advance(asked)
+		if d := h.admit("probe"); d.Verdict != probe || d.Generation != tr.Generation {
+			t.Errorf("Admit once the pushed period ended: %+v; want a probe in generation %d", d, tr.Generation)
+		}
+	}
+}
+
+// testPushAfterItsProbeFailedSetsThePeriod: a probe failing with a
+// pushback, its settlement landing first, reopens for the pushback, not
+// for the back-off period.
+func testPushAfterItsProbeFailedSetsThePeriod(t *testing.T, f Factory) {
+	p := basePolicy()
+	p.MaxOpenFor = time.Minute
+	h := newHarness(t, f, p)
+	h.pusher()
+	gen := h.halfOpen("probe")
+	settled := h.settle("probe", fail(gen))
+	if tr := settled.Transition; tr == nil || tr.From != halfOpen || tr.To != open {
+		t.Fatalf("the failed probe: %+v; want half-open -> open", settled)
+	}
+	res := h.push(gen, 30*time.Second, "server pushback 30s")
+	h.wantResult("the failed probe's pushback", res, open, settled.Generation, 0)
+	h.wantNoTransition("the failed probe's pushback", res.Transition)
+	if res.RetryAfter != 30*time.Second {
+		t.Errorf("the failed probe's pushback: open for %v; want 30s, not the back-off's %v", res.RetryAfter, settled.RetryAfter)
+	}
+	h.wantRejected("admitted during the pushed period", h.admit("a"), open, settled.Generation, 30*time.Second)
+}
+
+// testPushAfterAnOpenIsFenced: a push of the generation a breaker opened
+// from is stale once the breaker moved on (half-open); so is a push of an
+// older generation, and one of the generation a push opened from: that
+// push set the period.
+func testPushAfterAnOpenIsFenced(t *testing.T, f Factory) {
+	p := basePolicy()
+	p.MaxOpenFor = time.Minute
+	h := newHarness(t, f, p)
+	h.pusher()
+	gen := h.closedGen()
+	opened := h.trip()
+	h.wantResult("a generation older than the one it opened from", h.push(gen-1, time.Second, "server pushback"), open, opened, 1)
+	h.waitOpenPeriod()
+	if d := h.admit("probe"); d.Verdict != probe {
+		t.Fatalf("Admit after the open period = %+v; want a probe", d)
+	}
+	h.wantResult("once half-open", h.push(gen, time.Second, "server pushback"), halfOpen, opened, 1)
+
+	pushed := h.push(opened, time.Second, "server pushback 1s") // half-open -> open by the push
+	if pushed.Transition == nil {
+		t.Fatalf("a probe's pushback: %+v; want a transition", pushed)
+	}
+	h.wantResult("a second pushback of the probe's generation, after the push opened it", h.push(opened, time.Hour, "server pushback 1h"), open, pushed.Generation, 1)
+	if s := h.snapshot(); !s.OpenUntil.Equal(h.now().Add(time.Second)) {
+		t.Errorf("open until %v; want %v: the push that opened it keeps its period", s.OpenUntil, h.now().Add(time.Second))
+	}
 }
 
 // testPushNeedsAReason: the transition is for operators to read.

@@ -123,6 +123,9 @@ var rules = []struct {
 	{"PushOpensOnceForThePeriod", testPushOpensOnceForThePeriod},
 	{"PushPeriodIsCapped", testPushPeriodIsCapped},
 	{"PushFencedByGeneration", testPushFencedByGeneration},
+	{"PushAfterItsTripSetsThePeriod", testPushAfterItsTripSetsThePeriod},
+	{"PushAfterItsProbeFailedSetsThePeriod", testPushAfterItsProbeFailedSetsThePeriod},
+	{"PushAfterAnOpenIsFenced", testPushAfterAnOpenIsFenced},
 	{"PushNeedsAReason", testPushNeedsAReason},
 	// expiry.go
 	{"OpenStateNeverExpires", testOpenStateNeverExpires},

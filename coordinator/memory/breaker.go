@@ -54,10 +54,14 @@ type breaker struct {
 
 	openedAt, openUntil int64
 	openFor             int64 // the current open period; doubles on reopening
-	consec              int
-	successes           int              // probe successes in this half-open period
-	leases              map[string]int64 // claim -> deadline, only in half-open
-	window              map[int64]*bucket
+	// pushable is, while open by the rules, the generation it opened
+	// from: a pushback answered to a call of it may still set the open
+	// period (push). 0 otherwise.
+	pushable  uint64
+	consec    int
+	successes int              // probe successes in this half-open period
+	leases    map[string]int64 // claim -> deadline, only in half-open
+	window    map[int64]*bucket
 	// width and buckets are the layout the window was written with (see
 	// layout.go); 0 while nothing is written to it. laidAt is the start
 	// of the last bucket a Record of that layout counted in.
@@ -334,7 +338,7 @@ func (b *breaker) record(r *rules, now int64, q coordinator.RecordRequest) coord
 		}
 		if reason := b.tripReason(r, now); reason != "" {
 			calls, failures, slow := b.counts(r, now)
-			b.open(r.openFor, now)
+			b.openByRules(r.openFor, now)
 			b.tripped(now, reason, calls, failures, slow)
 			t, x, done = b.transition(coordinator.StateClosed, now, reason), nil, true
 		} else if x != nil {
@@ -424,7 +428,7 @@ func percent(pm int) string {
 func (b *breaker) restart(state coordinator.State, now int64) {
 	b.state = state
 	b.gen = coordinator.NextGeneration(b.gen, time.UnixMilli(now))
-	b.openFor, b.openUntil = 0, 0
+	b.openFor, b.openUntil, b.pushable = 0, 0, 0
 	b.consec, b.successes = 0, 0
 	b.window, b.leases = nil, nil
 	b.width, b.buckets = 0, 0
@@ -440,6 +444,14 @@ func (b *breaker) open(period, now int64) {
 	b.openedAt = now
 	b.openFor = period
 	b.openUntil = now + period
+}
+
+// openByRules opens the breaker for period ms by its rules, from the
+// generation it is in, whose calls' pushback may still set the period.
+func (b *breaker) openByRules(period, now int64) {
+	from := b.gen
+	b.open(period, now)
+	b.pushable = from
 }
 
 // tripped notes why and when the breaker just opened by its rules, and the
@@ -476,7 +488,7 @@ func (b *breaker) settle(r *rules, now int64, claim string, o coordinator.Outcom
 		if r.maxOpen > 0 {
 			period = min(max(b.openFor, r.openFor)*2, r.maxOpen)
 		}
-		b.open(period, now)
+		b.openByRules(period, now)
 		b.tripped(now, "probe failed", 0, 0, 0)
 		return b.result(r, now, 0, b.transition(coordinator.StateHalfOpen, now, "probe failed"))
 	}

@@ -25,9 +25,16 @@ func (c *Coordinator) Push(ctx context.Context, scope string, p coordinator.Poli
 }
 
 // push opens the breaker for period ms if it is closed or half-open in
-// generation gen.
+// generation gen, or, if the rules opened it from gen and no push has
+// set its period yet, sets the period to end period ms from now.
 func (b *breaker) push(r *rules, now int64, gen uint64, period int64, reason string) coordinator.Result {
 	from := b.state
+	if from == coordinator.StateOpen && gen != 0 && b.pushable == gen {
+		// The outcome of a call of gen landed first: the server's time
+		// wins, with no second transition.
+		b.openFor, b.openUntil, b.pushable = period, now+period, 0
+		return b.result(r, now, 0, nil)
+	}
 	if b.gen != gen || (from != coordinator.StateClosed && from != coordinator.StateHalfOpen) {
 		return b.result(r, now, 1, nil)
 	}

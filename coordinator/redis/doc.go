@@ -41,7 +41,9 @@
 // The state hash holds the fields state ("closed", "open", "half-open",
 // "isolated" or "disabled"), generation, opened_at, open_for, open_until,
 // consecutive_failures, probe_successes, expires_at (when a closed
-// generation is past keeping), scope (the readable scope, for operators)
+// generation is past keeping), pushable_generation (while open by the
+// rules and no server pushback has set the period: the generation it
+// opened from), scope (the readable scope, for operators)
 // and, while isolated or disabled, the operator's note: note_by,
 // note_reason, note_for, noted_at; and for each policy Records carried
 // (coordinator.Snapshot.Policies), policy:<fingerprint> holding "<ms>

@@ -35,7 +35,9 @@
 -- probe_successes, expires_at (closed: when every bucket its generation can
 -- write has left the window), gc_until (closed: the keys' lifetime ends a
 -- GC margin after it; 0 otherwise), recovered_at (closed after open,
--- half-open or isolated: when, the start of the ramp; 0 otherwise), scope (the readable scope, for operators),
+-- half-open or isolated: when, the start of the ramp; 0 otherwise),
+-- pushable_generation (open by the rules, until a push sets the period:
+-- the generation it opened from), scope (the readable scope, for operators),
 -- while isolated or disabled the operator's note: note_by, note_reason,
 -- note_for (ms), noted_at; batches, the IDs of the last batches Record
 -- counted, each followed by a NUL byte, and batch_count, how many; and

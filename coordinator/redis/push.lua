@@ -3,6 +3,8 @@
 -- KEYS: state, window, probes, transitions, policy (see lib.lua)
 -- ARGV: 1-7 see lib.lua; 8 the generation of the pushed-back call
 --   (decimal), 9 the open period ms (capped by the caller), 10 reason
+--   If the rules opened the breaker from that generation and no push has
+--   set its period yet, the push sets it (pushable_generation).
 -- Reply: see reply in lib.lua, then 1 if the push was stale, else 0.
 local GENERATION = ARGV[8]
 local PERIOD = tonumber(ARGV[9])
@@ -10,6 +12,14 @@ local REASON = ARGV[10]
 
 local s = begin(stored())
 local from = s.state
+if from == OPEN and GENERATION ~= '0' and redis.call('HGET', KEY_STATE, 'pushable_generation') == GENERATION then
+  -- The outcome of a call of GENERATION landed first and opened it by the
+  -- rules: the server's time wins, with no second transition.
+  s.open_for, s.open_until = PERIOD, NOW + PERIOD
+  save(s, false)
+  redis.call('HDEL', KEY_STATE, 'pushable_generation')
+  return reply(s, false, nil, 0)
+end
 if int(s.generation) ~= GENERATION or (from ~= CLOSED and from ~= HALF_OPEN) then
   return reply(s, false, nil, 1)
 end

@@ -467,7 +467,7 @@ local function check()
       SLOW_PERMILLE = SLOW_PERMILLE}, rule, n, of, '')
   end
   if reason then
-    open(s, OPEN_FOR)
+    open(s, OPEN_FOR, s.generation)
     tripped(s, reason, all, failed, slowed)
     tr = transition(s, CLOSED, reason)
     return

@@ -29,7 +29,7 @@ if FAILED then
   if MAX_OPEN_FOR > 0 then
     period = math.min(math.max(s.open_for, OPEN_FOR) * 2, MAX_OPEN_FOR)
   end
-  open(s, period)
+  open(s, period, s.generation)
   tripped(s, 'probe failed', 0, 0, 0)
   return reply(s, transition(s, HALF_OPEN, 'probe failed'), nil, 0)
 end

@@ -80,11 +80,17 @@ local function restart(s, state, fields)
   end
   save(s, true)
   redis.call('DEL', KEY_PROBES)
+  redis.call('HDEL', KEY_STATE, 'pushable_generation')
 end
 
--- open starts an open period of period ms.
-local function open(s, period)
+-- open starts an open period of period ms. by_rules_from, when given, is
+-- the generation the rules opened it from (a trip, a failed probe): a
+-- pushback answered to a call of it may still set the period (push.lua).
+local function open(s, period, by_rules_from)
   restart(s, OPEN, {opened_at = NOW, open_for = period, open_until = NOW + period})
+  if by_rules_from then
+    redis.call('HSET', KEY_STATE, 'pushable_generation', int(by_rules_from))
+  end
 end
 
 -- tripped notes why and when s just opened by its rules, and the window's
