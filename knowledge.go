@@ -67,6 +67,10 @@ type known struct {
 	// calls wait for (verdict.go).
 	run     atomic.Int64
 	verdict atomic.Pointer[verdict]
+	// pushed is the highest generation of the scope's calls for which a
+	// server's pushback reached the coordinator (pushback.go): the rest
+	// of a burst has nothing left to change.
+	pushed atomic.Uint64
 }
 
 // fact is what the coordinator last said about a scope.
@@ -172,6 +176,30 @@ func (k *knowledge) notClosed(scope string) (fact, bool) {
 		return fact{}, false
 	}
 	return e.fact, true
+}
+
+// pushed reports whether a pushback answered to a call of scope of
+// generation gen, or a later one, already reached the coordinator.
+func (k *knowledge) pushed(scope string, gen uint64) bool {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	e := k.scopes[scope]
+	return e != nil && e.pushed.Load() >= gen
+}
+
+// pushDone notes that a pushback answered to a call of scope of
+// generation gen reached the coordinator.
+func (k *knowledge) pushDone(scope string, gen uint64) {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	if e := k.scopes[scope]; e != nil {
+		for {
+			old := e.pushed.Load()
+			if old >= gen || e.pushed.CompareAndSwap(old, gen) {
+				return
+			}
+		}
+	}
 }
 
 // begin is called before a coordinator call about scope. It returns the

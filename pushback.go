@@ -89,9 +89,12 @@ func pushbackOf(st *status.Status, trailer metadata.MD) (period time.Duration, r
 // back-off), then probes as after any trip. A pushback of 0 means "retry
 // now", as in gRPC's retry design: it opens nothing, and the call counts
 // as any other. A negative or malformed pushback means "do not call again
-// soon": the cap. One transition per generation, however many calls got
-// the answer (coordinator.Pusher fences it); its reason says "server
-// pushback 2s".
+// soon": the cap. The server's time wins: if the pushed-back failure
+// trips the breaker itself (or is a failed probe), the open period is the
+// server's, not OpenFor or the back-off. One transition per generation,
+// however many calls got the answer (coordinator.Pusher fences it); its
+// reason says "server pushback 2s", unless the failure's own trip got
+// there first.
 //
 // Off by default, and scoped on purpose: a per-user quota error carrying
 // RetryInfo (ResourceExhausted from a rate limiter) must not open the
@@ -130,9 +133,12 @@ func (r *pushbackRule) validate() error {
 }
 
 // pushedBack opens t's scope fleet-wide if err carries a pushback the rule
-// applies to, in the background: the call has its answer already. A burst
-// of pushbacks answered to this process's calls makes one round trip per
-// scope at a time, and none once the table knows the breaker is open.
+// applies to, in the background: the call has its answer already. The
+// call's own outcome may have opened the breaker first, so a breaker known
+// open in a later generation is still pushed to: the coordinator then sets
+// the open period to the server's (coordinator.Pusher). A burst of
+// pushbacks answered to this process's calls makes one round trip per
+// scope at a time, and none once one of their generation has landed.
 func (b *Breaker) pushedBack(ctx context.Context, t ticket, method string, err error, trailer metadata.MD) {
 	if b.cfg.pushback == nil || err == nil || (t.fate != recorded && t.fate != probing) {
 		return
@@ -145,7 +151,7 @@ func (b *Breaker) pushedBack(ctx context.Context, t ticket, method string, err e
 	if !ok {
 		return
 	}
-	if f, known := b.known.notClosed(t.scope); known && (f.gen > t.gen || f.state != coordinator.StateHalfOpen && f.gen == t.gen) {
+	if f, known := b.known.notClosed(t.scope); known && (f.gen > t.gen && b.known.pushed(t.scope, t.gen) || f.state != coordinator.StateHalfOpen && f.gen == t.gen) {
 		return
 	}
 	if _, busy := b.pushing.LoadOrStore(t.scope, struct{}{}); busy {
@@ -165,6 +171,9 @@ func (b *Breaker) pushedBack(ctx context.Context, t ticket, method string, err e
 		b.roundTrip(ctx, trip{op: "push", scope: t.scope, timeout: pushTimeout, wg: &b.admits},
 			func(ctx context.Context) (answer, error) {
 				res, err := pusher.Push(ctx, t.scope, b.known.policyOf(t.scope).p, t.gen, period, reason)
+				if err == nil {
+					b.known.pushDone(t.scope, t.gen)
+				}
 				return resulted(res), err
 			})
 	}()

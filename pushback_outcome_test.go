@@ -1,0 +1,189 @@
+package cbgrpc
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
+	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+)
+
+// A pushed-back failure is an outcome and a push, sent apart. These tests
+// make the outcome land first, the order that lost the server's time: its
+// Record or Settle opens the breaker by the rules, and the push must still
+// set the open period.
+
+// answerKey is the request metadata that tells answering what to answer:
+// "ok", "fail" (Unavailable) or "push" (Unavailable with a 30 s pushback).
+const answerKey = "x-answer"
+
+type answering struct {
+	testgrpc.UnimplementedTestServiceServer
+	calls atomic.Int64
+}
+
+func (s *answering) EmptyCall(ctx context.Context, _ *testpb.Empty) (*testpb.Empty, error) {
+	s.calls.Add(1)
+	md, _ := metadata.FromIncomingContext(ctx)
+	switch a := md.Get(answerKey); {
+	case len(a) == 0 || a[0] == "ok":
+		return &testpb.Empty{}, nil
+	case a[0] == "push":
+		grpc.SetTrailer(ctx, metadata.Pairs(pushbackTrailer, "30000"))
+	}
+	return nil, status.Error(codes.Unavailable, "overloaded")
+}
+
+// outcomeFirst is a memory coordinator whose Push waits until a Record or
+// Settle has opened the breaker. It counts the transitions to open.
+type outcomeFirst struct {
+	*memory.Coordinator
+	opened chan struct{} // cap 1: a Record or Settle opened the breaker
+	opens  atomic.Int64
+}
+
+func (c *outcomeFirst) saw(res coordinator.Result) {
+	if tr := res.Transition; tr != nil && tr.To == coordinator.StateOpen && tr.Replica == "" {
+		c.opens.Add(1)
+		select {
+		case c.opened <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (c *outcomeFirst) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
+	res, err := c.Coordinator.Record(ctx, q)
+	c.saw(res)
+	return res, err
+}
+
+func (c *outcomeFirst) Settle(ctx context.Context, scope string, p coordinator.Policy, claim string, o coordinator.Outcome) (coordinator.Result, error) {
+	res, err := c.Coordinator.Settle(ctx, scope, p, claim, o)
+	c.saw(res)
+	return res, err
+}
+
+func (c *outcomeFirst) Push(ctx context.Context, scope string, p coordinator.Policy, gen uint64, period time.Duration, reason string) (coordinator.Result, error) {
+	select {
+	case <-c.opened:
+	case <-ctx.Done():
+		return coordinator.Result{}, ctx.Err()
+	}
+	res, err := c.Coordinator.Push(ctx, scope, p, gen, period, reason)
+	if res.Transition != nil {
+		c.opens.Add(1)
+	}
+	return res, err
+}
+
+// pushbackOrder is one breaker over an outcomeFirst coordinator on a test
+// clock, calling an answering server.
+type pushbackOrder struct {
+	t      *testing.T
+	clock  *coordinatortest.Clock
+	c      *outcomeFirst
+	b      *Breaker
+	svc    *answering
+	client testgrpc.TestServiceClient
+	p      coordinator.Policy
+}
+
+func newPushbackOrder(t *testing.T) *pushbackOrder {
+	clock := coordinatortest.NewClock()
+	c := &outcomeFirst{Coordinator: memory.New(memory.WithClock(clock.Now)), opened: make(chan struct{}, 1)}
+	p := coordinator.DefaultPolicy()
+	p.MinCalls, p.FailureRatio, p.ConsecutiveFailures = 4, 0.5, 0
+	// Short, so that the table's own copy of the open period (local
+	// time) soon lets a probe through.
+	p.OpenFor, p.MaxOpenFor = 10*time.Millisecond, time.Minute
+	b := newBreaker(t, c, WithPolicy(p), WithServerPushback([]codes.Code{codes.Unavailable}),
+		WithScope(func(context.Context, string, string) string { return "s" }))
+	svc := &answering{}
+	return &pushbackOrder{t: t, clock: clock, c: c, b: b, svc: svc, p: p,
+		client: testgrpc.NewTestServiceClient(dial(t, serveTest(t, svc), b))}
+}
+
+// call makes one call answered with answer and returns its error.
+func (o *pushbackOrder) call(answer string) error {
+	ctx := metadata.AppendToOutgoingContext(context.Background(), answerKey, answer)
+	_, err := o.client.EmptyCall(ctx, &testpb.Empty{})
+	return err
+}
+
+// pushed waits for the breaker's pushes to return, and reads the scope.
+func (o *pushbackOrder) pushed() coordinator.Snapshot {
+	o.t.Helper()
+	eventually(o.t, "the push to return", func() bool {
+		n := 0
+		o.b.pushing.Range(func(any, any) bool { n++; return true })
+		return n == 0
+	})
+	s, err := o.c.Snapshot(context.Background(), "s", o.p)
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	return s
+}
+
+// TestPushbackOfTheFailureThatTipsTheWindow: two successes and a failure,
+// then a failure with a 30 s pushback that trips the ratio; its Record
+// opens the breaker for OpenFor before the push lands. The push sets the
+// open period to 30 s, with no second transition.
+func TestPushbackOfTheFailureThatTipsTheWindow(t *testing.T) {
+	o := newPushbackOrder(t)
+	for _, a := range []string{"ok", "ok", "fail"} {
+		o.call(a)
+	}
+	eventually(t, "three calls counted", func() bool {
+		s, err := o.c.Snapshot(context.Background(), "s", o.p)
+		return err == nil && s.Calls == 3
+	})
+	if err := o.call("push"); status.Code(err) != codes.Unavailable {
+		t.Fatalf("the pushed-back call: %v", err)
+	}
+	s := o.pushed()
+	if want := o.clock.Now().Add(30 * time.Second); s.State != coordinator.StateOpen || !s.OpenUntil.Equal(want) {
+		t.Errorf("after the failure that tipped the window: %v until %v; want open until %v, the server's 30s", s.State, s.OpenUntil, want)
+	}
+	if n := o.c.opens.Load(); n != 1 {
+		t.Errorf("%d transitions to open; want 1", n)
+	}
+}
+
+// TestPushbackOfAFailedProbe: a probe failing with a 30 s pushback; its
+// Settle reopens the breaker for the back-off period before the push
+// lands. The push sets the open period to 30 s, with no second transition.
+func TestPushbackOfAFailedProbe(t *testing.T) {
+	o := newPushbackOrder(t)
+	for range 4 {
+		o.call("fail")
+	}
+	eventually(t, "the breaker to trip", func() bool { return o.c.opens.Load() == 1 })
+	<-o.c.opened // the trip's: no push is waiting for it
+	o.clock.Advance(o.p.OpenFor)
+	// The table rejects locally until its copy of the open period ends.
+	reached := o.svc.calls.Load()
+	eventually(t, "a probe to reach the server", func() bool {
+		err := o.call("push")
+		return !errors.Is(err, ErrOpen) && o.svc.calls.Load() > reached
+	})
+	s := o.pushed()
+	if want := o.clock.Now().Add(30 * time.Second); s.State != coordinator.StateOpen || !s.OpenUntil.Equal(want) {
+		t.Errorf("after the failed probe: %v until %v; want open until %v, the server's 30s, not the back-off", s.State, s.OpenUntil, want)
+	}
+	if n := o.c.opens.Load(); n != 2 {
+		t.Errorf("%d transitions to open; want 2: the trip and the failed probe's", n)
+	}
+}
