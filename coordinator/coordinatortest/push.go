@@ -112,29 +112,35 @@ func testPushFencedByGeneration(t *testing.T, f Factory) {
 
 // testPushAfterItsTripSetsThePeriod: the failure that tips the window
 // lands before its pushback; the push of the closed generation then sets
-// the open period to the server's, longer or shorter than OpenFor, with
-// no transition of its own. The rest of the burst is stale.
+// the open period to the server's, longer or shorter than OpenFor and
+// capped at MaxOpenFor, with no transition of its own. The rest of the
+// burst is stale.
 func testPushAfterItsTripSetsThePeriod(t *testing.T, f Factory) {
-	for _, asked := range []time.Duration{30 * time.Second, 20 * time.Millisecond} {
+	for _, c := range []struct{ asked, want time.Duration }{
+		{30 * time.Second, 30 * time.Second},
+		{20 * time.Millisecond, 20 * time.Millisecond},
+		{time.Hour, time.Minute},
+		{-1, time.Minute},
+	} {
 		p := basePolicy()
 		p.MaxOpenFor = time.Minute
-		h := newHarness(t, f, p).on(t.Name() + "/" + asked.String())
+		h := newHarness(t, f, p).on(t.Name() + "/" + c.asked.String())
 		h.pusher()
 		gen := h.closedGen()
 		tr := h.tripTransition()
 		h.advance(time.Millisecond) // the push lands later than the Record
-		res := h.push(gen, asked, "server pushback")
+		res := h.push(gen, c.asked, "server pushback")
 		h.wantResult("the pushback of the call that tipped the window", res, open, tr.Generation, 0)
 		h.wantNoTransition("the pushback of the call that tipped the window", res.Transition)
-		if res.RetryAfter != asked {
-			t.Errorf("pushback of %v after its trip: open for %v more; want %v", asked, res.RetryAfter, asked)
+		if res.RetryAfter != c.want {
+			t.Errorf("pushback of %v after its trip: open for %v more; want %v", c.asked, res.RetryAfter, c.want)
 		}
 		h.wantResult("the rest of the burst", h.push(gen, time.Hour, "server pushback 1h"), open, tr.Generation, 1)
-		if s := h.snapshot(); !s.OpenUntil.Equal(h.now().Add(asked)) {
-			t.Errorf("open until %v; want %v, the server's time", s.OpenUntil, h.now().Add(asked))
+		if s := h.snapshot(); !s.OpenUntil.Equal(h.now().Add(c.want)) {
+			t.Errorf("open until %v; want %v, the server's time", s.OpenUntil, h.now().Add(c.want))
 		}
-		h.wantRejected("admitted during the pushed period", h.admit("a"), open, tr.Generation, asked)
-		h.advance(asked)
+		h.wantRejected("admitted during the pushed period", h.admit("a"), open, tr.Generation, c.want)
+		h.advance(c.want)
 		if d := h.admit("probe"); d.Verdict != probe || d.Generation != tr.Generation {
 			t.Errorf("Admit once the pushed period ended: %+v; want a probe in generation %d", d, tr.Generation)
 		}
