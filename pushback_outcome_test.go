@@ -45,6 +45,12 @@ func (s *answering) EmptyCall(ctx context.Context, _ *testpb.Empty) (*testpb.Emp
 	return nil, status.Error(codes.Unavailable, "overloaded")
 }
 
+// StreamingOutputCall answers as EmptyCall does, with no message.
+func (s *answering) StreamingOutputCall(_ *testpb.StreamingOutputCallRequest, st testgrpc.TestService_StreamingOutputCallServer) error {
+	_, err := s.EmptyCall(st.Context(), nil)
+	return err
+}
+
 // outcomeFirst is a memory coordinator whose Push waits until a Record or
 // Settle has opened the breaker. It counts the transitions to open.
 type outcomeFirst struct {
@@ -122,6 +128,19 @@ func (o *pushbackOrder) call(answer string) error {
 	return err
 }
 
+// stream makes one server-streaming call answered with answer and
+// returns the error its first Recv gets: the stream's outcome is taken
+// when gRPC ends the RPC, before the caller reads the trailer.
+func (o *pushbackOrder) stream(answer string) error {
+	ctx := metadata.AppendToOutgoingContext(context.Background(), answerKey, answer)
+	st, err := o.client.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{})
+	if err != nil {
+		return err
+	}
+	_, err = st.Recv()
+	return err
+}
+
 // pushed waits for the breaker's pushes to return, and reads the scope.
 func (o *pushbackOrder) pushed() coordinator.Snapshot {
 	o.t.Helper()
@@ -138,10 +157,19 @@ func (o *pushbackOrder) pushed() coordinator.Snapshot {
 }
 
 // TestPushbackOfTheFailureThatTipsTheWindow: two successes and a failure,
-// then a failure with a 30 s pushback that trips the ratio; its Record
-// opens the breaker for OpenFor before the push lands. The push sets the
-// open period to 30 s, with no second transition.
+// then a failure with a 30 s pushback that trips the ratio, a unary call
+// or a stream; its Record opens the breaker for OpenFor before the push
+// lands. The push sets the open period to 30 s, with no second
+// transition.
 func TestPushbackOfTheFailureThatTipsTheWindow(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unary", true: "stream"}[stream], func(t *testing.T) {
+			testPushbackOfTheFailureThatTipsTheWindow(t, stream)
+		})
+	}
+}
+
+func testPushbackOfTheFailureThatTipsTheWindow(t *testing.T, stream bool) {
 	o := newPushbackOrder(t)
 	for _, a := range []string{"ok", "ok", "fail"} {
 		o.call(a)
@@ -150,7 +178,11 @@ func TestPushbackOfTheFailureThatTipsTheWindow(t *testing.T) {
 		s, err := o.c.Snapshot(context.Background(), "s", o.p)
 		return err == nil && s.Calls == 3
 	})
-	if err := o.call("push"); status.Code(err) != codes.Unavailable {
+	err := o.call("push")
+	if stream {
+		err = o.stream("push")
+	}
+	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("the pushed-back call: %v", err)
 	}
 	s := o.pushed()
