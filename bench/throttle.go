@@ -33,12 +33,19 @@ type ThrottleConfig struct {
 	// out of the Breakers and applied by each replica on its own counts.
 	Policy     coordinator.Policy
 	PerReplica bool
+	// Poisson spaces each replica's calls at random (exponential gaps of
+	// mean 1/Rate), as independent users would, instead of at a fixed
+	// phase of the dependency's slots: with a fixed phase a replica whose
+	// calls come late in every slot fails every call of the overload.
+	Poisson bool
 }
 
 // ThrottleSecond is what one second of a run saw, fleet-wide: calls
-// offered, admitted (they reached the dependency) and accepted (served).
+// offered, admitted (they reached the dependency) and accepted (served),
+// and of the calls not admitted, those an open or half-open breaker
+// rejected (Tripped) rather than the throttle.
 type ThrottleSecond struct {
-	Offered, Admitted, Accepted int64
+	Offered, Admitted, Accepted, Tripped int64
 }
 
 // ThrottleRun is the seconds of a run, in order.
@@ -60,7 +67,7 @@ func RunThrottle(ctx context.Context, target Target, cfg ThrottleConfig) (Thrott
 	}
 	secs := int(cfg.Duration / time.Second)
 	run := ThrottleRun{Config: cfg, Seconds: make([]ThrottleSecond, secs)}
-	var offered, admitted, accepted = make([]atomic.Int64, secs), make([]atomic.Int64, secs), make([]atomic.Int64, secs)
+	var offered, admitted, accepted, tripped = make([]atomic.Int64, secs), make([]atomic.Int64, secs), make([]atomic.Int64, secs), make([]atomic.Int64, secs)
 	start := time.Now()
 	second := func() int { return min(int(time.Since(start)/time.Second), secs-1) }
 	// A slot serves its share of the capacity, the fractions carried over:
@@ -113,19 +120,28 @@ func RunThrottle(ctx context.Context, target Target, cfg ThrottleConfig) (Thrott
 			sleep(ctx, offset)
 			tick := time.NewTicker(period)
 			defer tick.Stop()
-			for ctx.Err() == nil {
-				offered[second()].Add(1)
-				call(ctx, "/cbfleetsim.Dependency/Throttled", nil, nil, nil, dependency)
+			next := func() {
 				select {
 				case <-ctx.Done():
 				case <-tick.C:
 				}
 			}
+			if cfg.Poisson {
+				next = func() { sleep(ctx, time.Duration(rand.ExpFloat64()*float64(period))) }
+			}
+			for ctx.Err() == nil {
+				offered[second()].Add(1)
+				err := call(ctx, "/cbfleetsim.Dependency/Throttled", nil, nil, nil, dependency)
+				if oe, ok := errors.AsType[*cbgrpc.OpenError](err); ok && oe.State != coordinator.StateClosed {
+					tripped[second()].Add(1)
+				}
+				next()
+			}
 		})
 	}
 	wg.Wait()
 	for i := range run.Seconds {
-		run.Seconds[i] = ThrottleSecond{Offered: offered[i].Load(), Admitted: admitted[i].Load(), Accepted: accepted[i].Load()}
+		run.Seconds[i] = ThrottleSecond{Offered: offered[i].Load(), Admitted: admitted[i].Load(), Accepted: accepted[i].Load(), Tripped: tripped[i].Load()}
 	}
 	return run, nil
 }

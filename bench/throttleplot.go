@@ -93,14 +93,34 @@ func escape(s string) string {
 
 // ThrottleSummary is the mean per second of the seconds of run in [from,
 // to).
-func ThrottleSummary(run ThrottleRun, from, to time.Duration) (offered, admitted, accepted float64) {
+func ThrottleSummary(run ThrottleRun, from, to time.Duration) (offered, admitted, accepted, tripped float64) {
 	lo, hi := int(from/time.Second), min(int(to/time.Second), len(run.Seconds))
 	if hi <= lo {
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
 	for _, s := range run.Seconds[lo:hi] {
 		offered, admitted, accepted = offered+float64(s.Offered), admitted+float64(s.Admitted), accepted+float64(s.Accepted)
+		tripped += float64(s.Tripped)
 	}
 	k := float64(hi - lo)
-	return offered / k, admitted / k, accepted / k
+	return offered / k, admitted / k, accepted / k, tripped / k
+}
+
+// RecoveredAfter is how long after cfg.RecoverAt the run admitted at
+// least share of the offered calls in every second that followed, to the
+// second; false if it never did before the run ended.
+func RecoveredAfter(run ThrottleRun, share float64) (time.Duration, bool) {
+	from := int(run.Config.RecoverAt / time.Second)
+	at := -1
+	for i := len(run.Seconds) - 1; i >= from; i-- {
+		s := run.Seconds[i]
+		if float64(s.Admitted) < share*float64(s.Offered) {
+			break
+		}
+		at = i
+	}
+	if at < 0 {
+		return 0, false
+	}
+	return time.Duration(at-from) * time.Second, true
 }

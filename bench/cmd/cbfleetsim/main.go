@@ -13,14 +13,20 @@
 //	go run ./cmd/cbfleetsim -sizes 16x8 -rate 20 -fail step -open-for 1s -duration 30s
 //	go run ./cmd/cbfleetsim -replicas 64 -rate 20 -fail step -fail-share 0.1
 //	go run ./cmd/cbfleetsim -cluster -sizes 64x8 -md fleet.md -json fleet.json
-//	go run ./cmd/cbfleetsim -throttle-plot ../docs
+//	go run ./cmd/cbfleetsim -throttle-plot ../docs -throttle-consecutive 0
 //
 // With -throttle-plot DIR it runs the adaptive-throttling simulation
 // instead (see [bench.RunThrottle]): 16 replicas at 10 calls a second, a
 // dependency that serves 40% of that from 10 s to 30 s, Policy.Throttle 2,
-// once fleet-wide and once per replica, and draws offered, admitted and
-// accepted calls per second of each as DIR/throttle-fleet.svg and
-// DIR/throttle-replica.svg.
+// once fleet-wide and once per replica, then one that serves 5% of it
+// fleet-wide, with the trip rules and with the throttle alone; it draws
+// offered, admitted and accepted calls per second as
+// DIR/throttle-fleet.svg, DIR/throttle-replica.svg and
+// DIR/throttle-deep.svg (the throttle alone), and logs the means of each
+// span and how long after the recovery each run admitted half, 90% and
+// 99% of the offered calls again. -throttle-poisson spaces each replica's
+// calls at random rather than at a fixed phase; -throttle-consecutive
+// sets the policy's ConsecutiveFailures.
 package main
 
 import (
@@ -60,10 +66,12 @@ func main() {
 		jsonPath = flag.String("json", "", "write the rows as JSON here")
 		profile  = flag.String("cpuprofile", "", "write the simulator's CPU profile here, to see where its cores go")
 		plotDir  = flag.String("throttle-plot", "", "run the adaptive-throttling simulation instead, and write its plots into this directory")
+		poisson  = flag.Bool("throttle-poisson", false, "with -throttle-plot, space each replica's calls at random instead of at a fixed phase")
+		runOf    = flag.Int("throttle-consecutive", -1, "with -throttle-plot, the policy's ConsecutiveFailures; -1 keeps the default")
 	)
 	flag.Parse()
 	if *plotDir != "" {
-		if err := throttlePlots(context.Background(), *plotDir); err != nil {
+		if err := throttlePlots(context.Background(), *plotDir, *poisson, *runOf); err != nil {
 			log.Fatal(err)
 		}
 		return
