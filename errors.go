@@ -18,7 +18,9 @@ import (
 var ErrOpen = errors.New("cbgrpc: circuit breaker open")
 
 // OpenError is the error of a rejected call. Use errors.As to read how long
-// the caller should wait before trying again.
+// the caller should wait before trying again. A call refused because its
+// scope's stored state is unusable (the coordinator's error wraps
+// [coordinator.ErrCorruptState]) also matches that error.
 type OpenError struct {
 	Scope string
 	// State is the breaker's state as this process knows it: open, or
@@ -39,6 +41,9 @@ type OpenError struct {
 	// (Policy.Outliers): the scope is open for this replica only, while
 	// the fleet's breaker is closed.
 	Outlier bool
+
+	// corrupt is the coordinator's error about this scope's stored state.
+	corrupt error
 }
 
 func (e *OpenError) Error() string {
@@ -54,6 +59,11 @@ func (e *OpenError) Error() string {
 
 // Is makes errors.Is(err, ErrOpen) hold.
 func (e *OpenError) Is(target error) bool { return target == ErrOpen }
+
+// Unwrap makes errors.Is(err, coordinator.ErrCorruptState) hold for a call
+// refused because its scope's stored state is unusable; it is nil for
+// every other rejection.
+func (e *OpenError) Unwrap() error { return e.corrupt }
 
 // GRPCStatus makes status.Code(err) report Unavailable: the dependency is
 // treated as unavailable and the call was not sent.

@@ -88,9 +88,10 @@ func (h *health) succeeded() {
 // answered: the coordinator is not to blame, and another call may try.
 func (h *health) abandoned() { h.trying.Store(false) }
 
-// decideWithout decides a call while the coordinator is unavailable (cause
-// is its error, or nil when the call did not ask): a scope last seen not
-// closed is rejected, others follow the failure policy. There is
+// decideWithout decides a call while the coordinator is unavailable, or
+// cannot decide the scope because its stored state is corrupt (cause is
+// the coordinator's error, or nil when the call did not ask): a scope last
+// seen not closed is rejected, others follow the failure policy. There is
 // deliberately no local breaker to fall back on: it would be the
 // per-replica breaker the shared one replaces, at the worst moment.
 func (b *Breaker) decideWithout(ctx context.Context, c call, cause error) (ticket, error) {
@@ -98,14 +99,18 @@ func (b *Breaker) decideWithout(ctx context.Context, c call, cause error) (ticke
 	retry := b.health.backoffLeft()
 	var e *OpenError
 	by := byFailurePolicy
+	unavailable, corrupt := "coordinator unavailable", error(nil)
+	if errors.Is(cause, coordinator.ErrCorruptState) {
+		unavailable, corrupt = "stored state unusable", cause
+	}
 	if f, ok := b.known.notClosed(scope); ok {
 		retry = max(retry, time.Until(f.until))
 		by = byKnownState
-		e = &OpenError{Scope: scope, State: f.state, RetryAfter: retry,
-			Reason: "coordinator unavailable and the scope was last seen " + f.state.String()}
+		e = &OpenError{Scope: scope, State: f.state, RetryAfter: retry, corrupt: corrupt,
+			Reason: unavailable + " and the scope was last seen " + f.state.String()}
 	} else if b.cfg.failure == FailClosed {
-		e = &OpenError{Scope: scope, State: coordinator.StateClosed, RetryAfter: retry,
-			Reason: "coordinator unavailable (fail-closed)"}
+		e = &OpenError{Scope: scope, State: coordinator.StateClosed, RetryAfter: retry, corrupt: corrupt,
+			Reason: unavailable + " (fail-closed)"}
 	}
 	verdict := coordinator.Allow
 	if e != nil {

@@ -345,6 +345,54 @@ func TestRedisRolledBackStartsAboveWhatTheBreakerSaw(t *testing.T) {
 	}
 }
 
+// TestRedisCorruptScopeDecidedAlone: junk in one scope's hashes that
+// bends the scripts' replies (a generation past int64, a policy version
+// that is no number) makes that scope's calls undecidable, and only
+// those: fail-closed refuses them as corrupt, while a healthy scope's
+// calls still go through the coordinator, with no back-off, call after
+// call.
+func TestRedisCorruptScopeDecidedAlone(t *testing.T) {
+	for _, junk := range []struct {
+		part  string
+		field []any
+	}{
+		{"state", []any{"generation", "1e20"}},
+		{"policy", []any{"version", "not a number"}},
+	} {
+		t.Run(junk.part, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := redistest.Start(t).Client(t)
+			b := newBreaker(t, cbredis.New(rdb), WithCoordinatorFailure(FailClosed), WithCoordinatorBackoff(time.Hour))
+			svc := &service{}
+			addr := serveTest(t, svc)
+			client := testgrpc.NewTestServiceClient(dial(t, addr, b))
+			bad := ScopeByMethod(ctx, addr, "/grpc.testing.TestService/EmptyCall")
+			// Born by another replica: this Breaker knows nothing of it.
+			if _, err := cbredis.New(rdb).Admit(ctx, bad, coordinator.DefaultPolicy(), "born"); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.HSet(ctx, redistest.ScopeKey(cbredis.DefaultPrefix, bad, junk.part), junk.field...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				_, err := client.EmptyCall(ctx, &testpb.Empty{})
+				if !errors.Is(err, ErrOpen) || !errors.Is(err, coordinator.ErrCorruptState) {
+					t.Errorf("call %d of the corrupt scope, fail-closed: %v; want a rejection as corrupt", i, err)
+				}
+				if b.health.inBackoff() || !b.health.trusted() {
+					t.Errorf("call %d of the corrupt scope put the coordinator's health in back-off", i)
+				}
+				if _, err := client.UnaryCall(ctx, &testpb.SimpleRequest{}); err != nil {
+					t.Errorf("call %d of a healthy scope beside the corrupt one: %v", i, err)
+				}
+			}
+			if got := svc.calls.Load(); got != 3 {
+				t.Errorf("the server had %d calls, want the healthy scope's 3", got)
+			}
+		})
+	}
+}
+
 func snapshotOf(t *testing.T, c coordinator.Coordinator, scope string, p coordinator.Policy) coordinator.Snapshot {
 	t.Helper()
 	s, err := c.Snapshot(context.Background(), scope, p)

@@ -16,7 +16,8 @@ local ALLOW, PROBE, REJECT = 0, 1, 2
 -- disabled, admits without a write. It reads only the fields its answer
 -- needs: the whole state costs a third of the script more.
 local hot = redis.call('HMGET', KEY_STATE, 'state', 'generation', 'expires_at', 'recovered_at')
-local s = {state = hot[1], generation = tonumber(hot[2]), expires_at = tonumber(hot[3]), recovered_at = tonumber(hot[4] or 0)}
+local s = {state = hot[1], generation = stored_int('state', 'generation', hot[2]),
+  expires_at = stored_int('state', 'expires_at', hot[3]), recovered_at = stored_int('state', 'recovered_at', hot[4]) or 0}
 if hot[1] and born(s) and s.generation >= SEEN and (s.state == CLOSED or s.state == DISABLED) then
   return reply(s, false, nil, ALLOW)
 end

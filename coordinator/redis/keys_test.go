@@ -128,3 +128,15 @@ func TestKeysLiveUnderTheLayoutVersion(t *testing.T) {
 		t.Errorf("window %q; want the generation label alone, the state's", window)
 	}
 }
+
+// The key names redistest.ScopeKey gives tests are the coordinator's.
+func TestRedistestNamesTheScopeKeys(t *testing.T) {
+	for _, scope := range []string{"s", "svc|/pkg.Svc/Method", "{}"} {
+		k := scopeKeys("deploy:", scope)
+		for part, i := range map[string]int{"state": keyState, "window": keyWindow, "probes": keyProbes, "policy": keyPolicy} {
+			if got := redistest.ScopeKey("deploy:", scope, part); got != k[i] {
+				t.Errorf("redistest.ScopeKey(%q, %q) = %q; the coordinator's is %q", scope, part, got, k[i])
+			}
+		}
+	}
+}

@@ -81,6 +81,25 @@ local function int(n)
   return string.format('%d', n)
 end
 
+-- stored_int reads raw, what one of the scope's hashes (named hash) keeps
+-- in field (false when it has none: nil), as the integer the scripts
+-- wrote there. Junk fails the script, naming the field, and the caller
+-- reports the scope as corrupt (coordinator.ErrCorruptState), where the
+-- reply would otherwise go wrong: a number past 2^53, which a double does
+-- not hold exactly and a reply turns into another integer, or no number,
+-- which ends a reply early.
+local MAX_INT = 9007199254740992 -- 2^53
+local function stored_int(hash, field, raw)
+  if not raw then
+    return nil
+  end
+  local n = tonumber(raw)
+  if not (n and string.match(raw, '^%-?%d+$') and n <= MAX_INT and n >= -MAX_INT) then
+    error(string.format('%s hash field %s holds %q, not an integer', hash, field, string.sub(raw, 1, 64)))
+  end
+  return n
+end
+
 -- born: the state is there, and not closed past keeping.
 local function born(s)
   return s and not (s.state == CLOSED and s.expires_at <= NOW)
@@ -134,7 +153,7 @@ local function reply(s, tr, retry, ...)
   if state == CLOSED and RAMP_FOR > 0 and (s.recovered_at or 0) > 0 and NOW < s.recovered_at + RAMP_FOR then
     ramp = s.recovered_at + RAMP_FOR - NOW
   end
-  local version = tonumber(redis.call('HGET', KEY_POLICY, 'version') or 0)
+  local version = stored_int('policy', 'version', redis.call('HGET', KEY_POLICY, 'version')) or 0
   if tr then
     return {CODE[state], s.generation, retry, NOW,
       CODE[tr.from], CODE[tr.to], tr.generation, tr.open_until, tr.reason, ramp, version, ...}

@@ -141,13 +141,14 @@ func (c *Coordinator) readStored(ctx context.Context, key string) (coordinator.P
 	}
 	l, err := readLayer(v)
 	if err != nil {
-		return l, fmt.Errorf("%w: %s: %w", coordinator.ErrCorruptState, key, err)
+		return l, fmt.Errorf("%s: %w", key, err)
 	}
 	return l, nil
 }
 
 // readLayer reads {override, version, by, reason, at ms} as policy.lua
-// and HMGET give them.
+// and HMGET give them; what does not read is junk in the policy hash
+// (errReply, so coordinator.ErrCorruptState).
 func readLayer(v []any) (coordinator.PolicyLayer, error) {
 	var r replyReader
 	text, by, reason := r.str(v, 0), r.str(v, 2), r.str(v, 3)
@@ -158,7 +159,7 @@ func readLayer(v []any) (coordinator.PolicyLayer, error) {
 	}
 	o, err := coordinator.ParseOverride(strings.Fields(text)...)
 	if err != nil {
-		return coordinator.PolicyLayer{}, err
+		return coordinator.PolicyLayer{}, fmt.Errorf("%w: override %q: %w", errReply, text, err)
 	}
 	if len(o) == 0 {
 		o = nil

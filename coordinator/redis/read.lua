@@ -21,10 +21,13 @@ local function stored()
   if not CODE[v[1]] then
     error('state hash holds unknown state ' .. v[1])
   end
-  return {state = v[1], generation = tonumber(v[2]), opened_at = tonumber(v[3]),
-    open_for = tonumber(v[4]), open_until = tonumber(v[5]), consecutive_failures = tonumber(v[6]),
-    probe_successes = tonumber(v[7]), expires_at = tonumber(v[8]), gc_until = tonumber(v[9] or 0),
-    recovered_at = tonumber(v[10] or 0), batches = v[11] or '', batch_count = tonumber(v[12] or 0),
+  local function n(i, field)
+    return stored_int('state', field, v[i])
+  end
+  return {state = v[1], generation = n(2, 'generation'), opened_at = n(3, 'opened_at'),
+    open_for = n(4, 'open_for'), open_until = n(5, 'open_until'), consecutive_failures = n(6, 'consecutive_failures'),
+    probe_successes = n(7, 'probe_successes'), expires_at = n(8, 'expires_at'), gc_until = n(9, 'gc_until') or 0,
+    recovered_at = n(10, 'recovered_at') or 0, batches = v[11] or '', batch_count = n(12, 'batch_count') or 0,
     reporters = v[13] or false}
 end
 
@@ -59,10 +62,8 @@ local function window(s)
     width = WIDTH, buckets = BUCKETS, replicas = {}}
   local raw = redis.call('HGETALL', KEY_WINDOW)
   for i = 1, #raw, 2 do
-    if raw[i] == 'width' then
-      w.width = tonumber(raw[i + 1])
-    elseif raw[i] == 'buckets' then
-      w.buckets = tonumber(raw[i + 1])
+    if raw[i] == 'width' or raw[i] == 'buckets' then
+      w[raw[i]] = stored_int('window', raw[i], raw[i + 1])
     end
   end
   local current = math.floor(NOW / w.width)

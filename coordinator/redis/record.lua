@@ -152,6 +152,9 @@ local adopt, adopt_target = false, false
 -- write tracked or epoch; heard_changed: write the reporters.
 local raw, epoch, tracked, reporters = false, false, 0, false
 local heard = s.reporters
+-- The numbers of the window's HMGET below, by position.
+local WINDOW_NUMBERS = {[2] = 'head', [3] = 'calls', [4] = 'failures', [5] = 'slow', [7] = 'throttled',
+  [8] = 'throttled_head', [10] = 'width', [11] = 'buckets', [12] = 'laid_at'}
 local own_raw, own_width, own_buckets = false, WIDTH, BUCKETS
 local counts_changed, heard_changed = false, false
 
@@ -163,6 +166,10 @@ if not s.newborn then
   else
     v = redis.call('HMGET', KEY_WINDOW, 'generation', 'head', 'calls', 'failures', 'slow', IDX_S,
       'throttled', 'throttled_head', 'throttled:' .. IDX_S, 'width', 'buckets', 'laid_at', 'replicas')
+  end
+  -- Its numbers, read as strings below, are checked once (stored_int).
+  for i, field in pairs(WINDOW_NUMBERS) do
+    stored_int('window', field, v[i])
   end
   if v[1] == int(s.generation) then
     relabel = false

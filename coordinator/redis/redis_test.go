@@ -128,6 +128,60 @@ func TestWrongTypeIsAnError(t *testing.T) {
 	}
 }
 
+// TestJunkNumberIsCorruptState: a number the scripts read from one
+// scope's hashes that is not one makes every operation on that scope fail
+// with ErrCorruptState naming the field, not with a malformed reply that
+// reads as Redis failing, and leaves every other scope working.
+func TestJunkNumberIsCorruptState(t *testing.T) {
+	every := []string{"admit", "record", "settle", "snapshot"}
+	for _, junk := range []struct {
+		part, field, value string
+		ops                []string // those that read the field
+	}{
+		{"state", "generation", "1e20", every},       // past int64: Redis would reply a negative integer
+		{"policy", "version", "not a number", every}, // tonumber is nil: the reply would end early
+		// A closed scope's admission reads neither, nor its settlement the window.
+		{"state", "open_until", "tomorrow", every[1:]},
+		{"window", "width", "100000000000000000000", []string{"record", "snapshot"}}, // digits past 2^53
+	} {
+		t.Run(junk.part+"."+junk.field, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := redistest.Start(t).Client(t)
+			c := cbredis.New(rdb)
+			p := tripPolicy()
+			gen := born(t, c, "bad", p)
+			born(t, c, "good", p)
+			if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: "bad", Policy: p, Outcomes: []coordinator.Outcome{{Generation: gen}}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.HSet(ctx, redistest.ScopeKey(cbredis.DefaultPrefix, "bad", junk.part), junk.field, junk.value).Err(); err != nil {
+				t.Fatal(err)
+			}
+			ops := map[string]func(scope string) error{
+				"admit": func(scope string) error { _, err := c.Admit(ctx, scope, p, "c"); return err },
+				"record": func(scope string) error {
+					_, err := c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: []coordinator.Outcome{{Generation: gen}}})
+					return err
+				},
+				"settle":   func(scope string) error { _, err := c.Settle(ctx, scope, p, "c", coordinator.Outcome{}); return err },
+				"snapshot": func(scope string) error { _, err := c.Snapshot(ctx, scope, p); return err },
+			}
+			for _, op := range junk.ops {
+				f := ops[op]
+				err := f("bad")
+				if !errors.Is(err, coordinator.ErrCorruptState) {
+					t.Errorf("%s over %s %s = %q: %v, want ErrCorruptState", op, junk.part, junk.field, junk.value, err)
+				} else if msg := err.Error(); !strings.Contains(msg, op+` "bad"`) || !strings.Contains(msg, junk.field) {
+					t.Errorf("%s: error %q names neither the operation and scope nor the field", op, msg)
+				}
+				if err := f("good"); err != nil {
+					t.Errorf("%s of a healthy scope beside a corrupt one: %v", op, err)
+				}
+			}
+		})
+	}
+}
+
 func TestInvalidPolicyIsAnError(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	c := cbredis.New(rdb)

@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -76,7 +75,11 @@ func unixMilli(ms int64) time.Time {
 // reply of the wrong shape is reported rather than read as zeros.
 type replyReader struct{ err error }
 
-var errReply = errors.New("unexpected script reply")
+// errReply is a reply of the wrong shape. Redis answered, so it is not
+// Redis failing: a script replies what it read from the scope's keys, and
+// junk there (a number too large for a reply's integer, or none where
+// the reply needed one) is what bends a reply, so the scope is corrupt.
+var errReply = fmt.Errorf("%w: unexpected reply", coordinator.ErrCorruptState)
 
 // read returns reply[i] as a T, which the error calls want.
 func read[T any](r *replyReader, reply []any, i int, want string) T {

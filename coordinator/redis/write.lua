@@ -149,7 +149,7 @@ local function begin(s)
     if s then
       return birth(math.max(s.generation, SEEN))
     end
-    return birth(math.max(tonumber(redis.call('HGET', KEY_WINDOW, 'generation') or 0), SEEN))
+    return birth(math.max(stored_int('window', 'generation', redis.call('HGET', KEY_WINDOW, 'generation')) or 0, SEEN))
   end
   if isolation_over(s) then
     close(s)
