@@ -43,8 +43,10 @@ func (b *Breaker) Policy(scope string) (coordinator.Policy, coordinator.PolicySo
 }
 
 // List asks the coordinator for a snapshot of every scope it holds state
-// for, under this Breaker's policy, if it is a [coordinator.Lister]. It
-// is an operator's tool: see [coordinator.Lister].
+// for, under this Breaker's policy, if it is a [coordinator.Lister]. A
+// scope whose stored state is corrupt is listed with only its Scope and
+// Corrupt set, beside the others. It is an operator's tool: see
+// [coordinator.Lister].
 func (b *Breaker) List(ctx context.Context) ([]coordinator.Snapshot, error) {
 	l, ok := b.c.(coordinator.Lister)
 	if !ok {

@@ -200,6 +200,11 @@ type Snapshot struct {
 	// window: the old one leaves the list a window after its last Record.
 	// Empty when no Record came.
 	Policies []SeenPolicy
+
+	// Corrupt is set in a listing ([Lister]) only, on a scope whose stored
+	// state cannot be read: the error reading it failed with, which wraps
+	// [ErrCorruptState]. Every other field but Scope is then zero.
+	Corrupt error
 }
 
 // Trip is one opening of a breaker by its rules: a trip from closed, or a

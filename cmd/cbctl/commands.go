@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -74,9 +75,26 @@ func cmdList(ctx context.Context, e *env, args []string) error {
 		for i, s := range list {
 			out[i] = toJSON(s)
 		}
-		return writeJSON(e.stdout, out)
+		err = writeJSON(e.stdout, out)
+	} else {
+		err = writeTable(e.stdout, list)
 	}
-	return writeTable(e.stdout, list)
+	return cmp.Or(err, corruptErr(list))
+}
+
+// corruptErr is the error of a listing that holds corrupt scopes (nil
+// when it holds none): each scope's error, after the listing was printed.
+func corruptErr(list []coordinator.Snapshot) error {
+	var errs []error
+	for _, s := range list {
+		if s.Corrupt != nil {
+			errs = append(errs, s.Corrupt)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return &cmdError{exitCorrupt, fmt.Errorf("%d listed as corrupt, their stored state unusable: %w", len(errs), errors.Join(errs...))}
 }
 
 func cmdShow(ctx context.Context, e *env, args []string) error {
@@ -257,6 +275,8 @@ func cmdWatch(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer w.Close()
+	// A corrupt scope is followed too (its channel works), and said once.
+	warned := map[string]bool{}
 	follow := func() (int, error) {
 		scopes := pos
 		if len(pos) == 0 {
@@ -268,6 +288,10 @@ func cmdWatch(ctx context.Context, e *env, args []string) error {
 			}
 			for _, s := range list {
 				scopes = append(scopes, s.Scope)
+				if s.Corrupt != nil && !warned[s.Scope] {
+					warned[s.Scope] = true
+					fmt.Fprintf(e.stderr, "cbctl: watch: scope %s listed as corrupt: %v\n", quoteScope(s.Scope), s.Corrupt)
+				}
 			}
 		}
 		fctx, cancel := context.WithTimeout(ctx, e.timeout)

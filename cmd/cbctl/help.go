@@ -22,7 +22,8 @@ const exitStatus = `exit status: 0 done (also when the breaker already was in th
 state (the last four unless --create is given), and policy show or set of one that
 has no override either (set unless --create is given); 4 isolate, release, disable
 or enable whose change no replica confirmed (in force on the master; run it again
-once the replicas are back).
+once the replicas are back); 5 list that found scopes whose stored state is unusable
+(listed as corrupt, beside the others).
 `
 
 // writeUsage writes cbctl's help: the commands, and fs, the flags every

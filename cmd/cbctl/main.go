@@ -104,7 +104,10 @@
 // override either (set unless --create is given); 4 isolate, release, disable or enable whose
 // change no replica confirmed (the change is in force on the master, but
 // a failover would lose it: run the command again once the replicas are
-// back). Errors go to standard error as one line "cbctl: COMMAND: ...". A
+// back); 5 list that found scopes whose stored state is unusable (junk in
+// their keys): it lists the others as usual and those with state
+// "corrupt" (in --json also "corrupt": the error), and says why on
+// standard error. Errors go to standard error as one line "cbctl: COMMAND: ...". A
 // change that some replicas confirmed and others did not exits 0 with a
 // note on standard error.
 //
@@ -145,6 +148,9 @@ const (
 	// exitUnconfirmed: the change was made on the master, but no replica
 	// confirmed it.
 	exitUnconfirmed = 4
+	// exitCorrupt: list found scopes whose stored state cannot be read,
+	// and listed them as corrupt beside the others.
+	exitCorrupt = 5
 )
 
 func main() {

@@ -51,10 +51,24 @@ func unprintable(r rune) bool {
 	return r == unicode.ReplacementChar || !unicode.IsPrint(r)
 }
 
+// stateName is how cbctl names a listed scope's state: "corrupt" for one
+// whose stored state cannot be read (Snapshot.Corrupt).
+func stateName(s coordinator.Snapshot) string {
+	if s.Corrupt != nil {
+		return "corrupt"
+	}
+	return s.State.String()
+}
+
 func writeTable(w io.Writer, list []coordinator.Snapshot) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCOPE\tSTATE\tGEN\tCALLS\tFAILURES\tSLOW\tOPEN UNTIL\tPROBES\tOUTLIERS\tNOTE")
 	for _, s := range list {
+		if s.Corrupt != nil {
+			// Why goes to standard error, with the exit status (corruptErr).
+			fmt.Fprintf(tw, "%s\tcorrupt\t-\t-\t-\t-\t-\t-\t-\t-\n", quoteScope(s.Scope))
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%s\n", quoteScope(s.Scope), s.State, s.Generation,
 			s.Calls, s.Failures, s.Slow, formatTime(s.OpenUntil), s.ProbesInFlight, len(s.Outliers), note(s))
 	}
@@ -140,8 +154,11 @@ type noteJSON struct {
 }
 
 type snapshotJSON struct {
-	Scope               string    `json:"scope"`
+	Scope string `json:"scope"`
+	// State is "corrupt" for a listed scope whose stored state cannot be
+	// read; Corrupt then says why, and every other field is zero.
 	State               string    `json:"state"`
+	Corrupt             string    `json:"corrupt,omitempty"`
 	Generation          uint64    `json:"generation"`
 	Calls               int       `json:"calls"`
 	Failures            int       `json:"failures"`
@@ -220,6 +237,9 @@ func jsonTime(t time.Time) string {
 }
 
 func toJSON(s coordinator.Snapshot) snapshotJSON {
+	if s.Corrupt != nil {
+		return snapshotJSON{Scope: s.Scope, State: stateName(s), Corrupt: s.Corrupt.Error()}
+	}
 	out := snapshotJSON{
 		Scope: s.Scope, State: s.State.String(), Generation: s.Generation,
 		Calls: s.Calls, Failures: s.Failures, Slow: s.Slow, Throttled: s.Throttled, ConsecutiveFailures: s.ConsecutiveFailures,

@@ -255,7 +255,8 @@ func (h *hub) merge(list []coordinator.Snapshot, start time.Time) {
 	for _, s := range list {
 		seen[s.Scope] = true
 		r, ok := h.rows[s.Scope]
-		if !ok || s.Generation > r.s.Generation || (s.Generation == r.s.Generation && !r.learned.After(start)) {
+		// A corrupt scope, which has no generation to read, shows as such.
+		if !ok || s.Corrupt != nil || s.Generation > r.s.Generation || (s.Generation == r.s.Generation && !r.learned.After(start)) {
 			h.rows[s.Scope] = row{s: s, learned: start}
 		}
 	}

@@ -46,9 +46,17 @@ var severity = map[coordinator.State]int{
 	coordinator.StateClosed:   4,
 }
 
+// rank is where s goes in the sort by state: a corrupt scope first.
+func rank(s coordinator.Snapshot) int {
+	if s.Corrupt != nil {
+		return -1
+	}
+	return severity[s.State]
+}
+
 var sorts = map[string]func(a, b coordinator.Snapshot) int{
 	"state": func(a, b coordinator.Snapshot) int {
-		return cmp.Or(cmp.Compare(severity[a.State], severity[b.State]), strings.Compare(a.Scope, b.Scope))
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), strings.Compare(a.Scope, b.Scope))
 	},
 	"ratio": func(a, b coordinator.Snapshot) int {
 		return cmp.Or(cmp.Compare(ratio(b), ratio(a)), cmp.Compare(b.Failures, a.Failures), strings.Compare(a.Scope, b.Scope))
@@ -126,8 +134,8 @@ func (h *hub) page(filter string, order func(a, b coordinator.Snapshot) int, pag
 		Scopes: len(h.rows), Size: size, States: map[string]int{}}
 	var rows []coordinator.Snapshot
 	for _, r := range h.rows {
-		out.States[r.s.State.String()]++
-		if filter == "" || strings.Contains(strings.ToLower(r.s.Scope+"\n"+r.s.State.String()+"\n"+note(r.s)), filter) {
+		out.States[stateName(r.s)]++
+		if filter == "" || strings.Contains(strings.ToLower(r.s.Scope+"\n"+stateName(r.s)+"\n"+note(r.s)), filter) {
 			rows = append(rows, r.s)
 		}
 	}

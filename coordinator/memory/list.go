@@ -15,6 +15,8 @@ var _ coordinator.Lister = (*Coordinator)(nil)
 // holds state for, sorted by scope; scopes that are not born (forgotten, or
 // never used) are left out. p gives the window the
 // counts are read over. It costs O(scopes) under the coordinator's lock.
+// Its state is Go values, never junk: no scope is listed as corrupt
+// (Snapshot.Corrupt).
 func (c *Coordinator) List(ctx context.Context, p coordinator.Policy) ([]coordinator.Snapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memory coordinator: list: %w", err)

@@ -49,3 +49,14 @@ func TestCompareWithLostState(t *testing.T) {
 func TestConformanceOnCluster(t *testing.T) {
 	coordinatortest.Run(t, factory(redistest.StartCluster(t).Client(t)))
 }
+
+// TestListWithCorruptScope: a scope whose window key holds a string is
+// listed as corrupt, beside the others.
+func TestListWithCorruptScope(t *testing.T) {
+	coordinatortest.ListWithCorruptScope(t, factory(redistest.Start(t).Client(t)), func(t *testing.T, sut coordinator.Coordinator, scope string) {
+		c := sut.(*Coordinator)
+		if err := c.client.Set(context.Background(), scopeKeys(c.prefix, scope)[keyWindow], "junk", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

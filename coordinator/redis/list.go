@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -23,7 +24,11 @@ var _ coordinator.Lister = (*Coordinator)(nil)
 // the coordinator's prefix, sorted by scope. Scopes that are not born
 // (forgotten after an idle window, or whose state hash was lost) are left
 // out. p gives the window the counts are read over: pass the policy the
-// fleet uses.
+// fleet uses. A scope whose snapshot fails with [coordinator.ErrCorruptState]
+// (a key of the wrong type, junk in a field) is listed with that error in
+// Snapshot.Corrupt; any other error fails the listing. A state hash that
+// is itself no hash is not found: SCAN keeps to hashes, and the readable
+// scope is a field of it.
 //
 // List finds scopes with SCAN MATCH <prefix>v2:{*}:state TYPE hash (on a
 // Redis Cluster, on every master), reads the readable scope each state
@@ -73,10 +78,12 @@ func (c *Coordinator) List(ctx context.Context, p coordinator.Policy) ([]coordin
 	out := make([]coordinator.Snapshot, 0, len(sorted))
 	for _, scope := range sorted {
 		s, err := c.Snapshot(ctx, scope, p)
-		if err != nil {
+		switch {
+		case errors.Is(err, coordinator.ErrCorruptState):
+			out = append(out, coordinator.Snapshot{Scope: scope, Corrupt: err})
+		case err != nil:
 			return nil, err
-		}
-		if s.Generation != 0 {
+		case s.Generation != 0:
 			out = append(out, s)
 		}
 	}

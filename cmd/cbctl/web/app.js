@@ -4,8 +4,8 @@
 'use strict';
 
 const $ = (id) => document.getElementById(id);
-const STATES = ['isolated', 'open', 'half-open', 'disabled', 'closed'];
-const SYMBOL = { closed: '✓', open: '✕', 'half-open': '◐', isolated: '■', disabled: '○' };
+const STATES = ['corrupt', 'isolated', 'open', 'half-open', 'disabled', 'closed'];
+const SYMBOL = { closed: '✓', open: '✕', 'half-open': '◐', isolated: '■', disabled: '○', corrupt: '⚠' };
 
 const ui = {
   info: null,
@@ -201,6 +201,11 @@ function tile(row) {
   const top = el('div', 'top');
   top.append(el('h3', 'scope', row.scope), el('span', 'state', SYMBOL[row.state] + ' ' + row.state));
   t.append(top);
+  if (row.corrupt) {
+    // Its stored state cannot be read: nothing else to show, nothing to act on.
+    t.append(el('p', 'corrupt', row.corrupt));
+    return t;
+  }
   const dl = el('dl');
   const item = (k, v) => {
     const dd = el('dd');
