@@ -2,8 +2,6 @@ package faults
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"strings"
 	"sync"
@@ -165,8 +163,7 @@ func TestRedisKeyOfWrongType(t *testing.T) {
 	rdb := rs.Client(t)
 	srv := fleettest.NewServer(t)
 	sc := scope(srv.Addr(), cbfleet.EmptyCall)
-	sum := sha256.Sum256([]byte(sc))
-	key := cbredis.DefaultPrefix + "v2:{" + hex.EncodeToString(sum[:]) + "}:state"
+	key := redistest.ScopeKey(cbredis.DefaultPrefix, sc, "state")
 	if err := rdb.Set(context.Background(), key, "not a hash", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
