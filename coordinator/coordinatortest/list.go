@@ -10,7 +10,9 @@ import (
 
 // Listing ([coordinator.Lister]): every born scope, sorted, each as its
 // snapshot says; a scope whose stored state is corrupt is listed apart
-// from the others, which still show.
+// from the others, which still show. Not part of [Run]: listing is an
+// operator's tool, which a Breaker's grant on the store (a Redis ACL) may
+// leave out.
 
 // listed lists the scopes of h's coordinator, failing the test on an
 // error, or skips it when the coordinator cannot list.
@@ -50,9 +52,10 @@ func wantListed(t *testing.T, list, want []coordinator.Snapshot) {
 	}
 }
 
-// testListHoldsEveryBornScopeSorted: born scopes, closed or open, are
-// listed by scope, each as its snapshot reads; a scope forgotten is not.
-func testListHoldsEveryBornScopeSorted(t *testing.T, f Factory) {
+// ListHoldsEveryBornScope checks, on the coordinators f makes, that born
+// scopes, closed or open, are listed by scope, each as its snapshot
+// reads, and that a scope forgotten is not.
+func ListHoldsEveryBornScope(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	forgotten := h.on("a forgotten")
 	forgotten.record(ok(forgotten.closedGen()))

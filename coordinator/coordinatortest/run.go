@@ -137,8 +137,6 @@ var rules = []struct {
 	{"ScopesAreOpaque", testScopesAreOpaque},
 	{"DifferentScopesNeverInterfere", testDifferentScopesNeverInterfere},
 	{"EmptyScopeIsRefused", testEmptyScopeIsRefused},
-	// list.go
-	{"ListHoldsEveryBornScopeSorted", testListHoldsEveryBornScopeSorted},
 	// details.go: the details both coordinators settle the same way
 	{"RatioRoundsToNearestThousandth", testRatioRoundsToNearestThousandth},
 	{"BatchedRecordAppliesOutcomesInOrder", testBatchedRecordAppliesOutcomesInOrder},

@@ -23,3 +23,7 @@ func onFakeClock() (*memory.Coordinator, *coordinatortest.Clock) {
 func TestConformance(t *testing.T) {
 	coordinatortest.Run(t, newMemory)
 }
+
+func TestListHoldsEveryBornScope(t *testing.T) {
+	coordinatortest.ListHoldsEveryBornScope(t, newMemory)
+}

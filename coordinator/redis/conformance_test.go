@@ -50,6 +50,14 @@ func TestConformanceOnCluster(t *testing.T) {
 	coordinatortest.Run(t, factory(redistest.StartCluster(t).Client(t)))
 }
 
+func TestListHoldsEveryBornScope(t *testing.T) {
+	coordinatortest.ListHoldsEveryBornScope(t, factory(redistest.Start(t).Client(t)))
+}
+
+func TestListHoldsEveryBornScopeOnCluster(t *testing.T) {
+	coordinatortest.ListHoldsEveryBornScope(t, factory(redistest.StartCluster(t).Client(t)))
+}
+
 // TestListWithCorruptScope: a scope whose window key holds a string is
 // listed as corrupt, beside the others.
 func TestListWithCorruptScope(t *testing.T) {
