@@ -290,7 +290,7 @@ func cmdWatch(ctx context.Context, e *env, args []string) error {
 				scopes = append(scopes, s.Scope)
 				if s.Corrupt != nil && !warned[s.Scope] {
 					warned[s.Scope] = true
-					fmt.Fprintf(e.stderr, "cbctl: watch: scope %s listed as corrupt: %v\n", quoteScope(s.Scope), s.Corrupt)
+					fmt.Fprintf(e.stderr, "cbctl: watch: scope %s listed as corrupt: %s\n", quoteScope(s.Scope), escapeLines(s.Corrupt.Error()))
 				}
 			}
 		}

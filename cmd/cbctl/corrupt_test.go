@@ -107,3 +107,38 @@ func TestServeShowsCorruptScope(t *testing.T) {
 		t.Errorf("dashboard's first row %v; want svc/bad, corrupt", bad)
 	}
 }
+
+// TestCLICorruptReasonIsEscaped: the error that names what a corrupt scope
+// holds quotes the stored bytes, and cbctl prints it escaped: a stored
+// control sequence never reaches the terminal raw through an error.
+func TestCLICorruptReasonIsEscaped(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	f := newFleet(t, rdb)
+	f.report("svc/ok", "", false, 1)
+	f.report("svc/bad", "", false, 1)
+	junk := "1\x1b[2J\x9b2J"
+	if err := rdb.HSet(context.Background(), redistest.ScopeKey(cbredis.DefaultPrefix, "svc/bad", "state"), "generation", junk).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := newCLI(t, srv.Addr()).want(5, "svc/ok", "generation", "list")
+	if strings.Contains(r.stderr, "\x1b") || strings.Contains(r.stderr, "\x9b") {
+		t.Errorf("list wrote a stored control byte to standard error: %q", r.stderr)
+	}
+	if !strings.Contains(r.stderr, `\x1b[2J`) {
+		t.Errorf("list said %q; want the stored bytes escaped", r.stderr)
+	}
+}
+
+func TestEscapeLines(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain\nsecond line\tand a tab": "plain\nsecond line\tand a tab",
+		"csi \x9b2J and esc \x1b[2J":    `csi \x9b2J and esc \x1b[2J`,
+		"c1 \u009b as UTF-8":            `c1 \u009b as UTF-8`,
+		"ünïcödé stays":                 "ünïcödé stays",
+	} {
+		if got := escapeLines(in); got != want {
+			t.Errorf("escapeLines(%q) = %q; want %q", in, got, want)
+		}
+	}
+}

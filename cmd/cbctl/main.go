@@ -268,7 +268,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	if errors.Is(err, errHelp) {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "cbctl: %s: %v\n", name, err)
+	fmt.Fprintf(stderr, "cbctl: %s: %s\n", name, escapeLines(err.Error()))
 	var ce *cmdError
 	if errors.As(err, &ce) {
 		return ce.code

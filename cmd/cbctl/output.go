@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
@@ -49,6 +50,28 @@ func quoteText(s string) string {
 // unprintable: a byte that is not UTF-8 reads as unicode.ReplacementChar.
 func unprintable(r rune) bool {
 	return r == unicode.ReplacementChar || !unicode.IsPrint(r)
+}
+
+// escapeLines is text that may carry stored bytes (an error naming what a
+// scope holds) for the terminal: line breaks and tabs stay, and every rune
+// that is not printable, or byte that is not UTF-8, is written as Go
+// would quote it.
+func escapeLines(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return r != '\n' && r != '\t' && unprintable(r) }) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		if r == '\n' || r == '\t' || !unprintable(r) {
+			b.WriteString(s[:n])
+		} else {
+			q := strconv.Quote(s[:n])
+			b.WriteString(q[1 : len(q)-1])
+		}
+		s = s[n:]
+	}
+	return b.String()
 }
 
 // stateName is how cbctl names a listed scope's state: "corrupt" for one
