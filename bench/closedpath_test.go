@@ -1,0 +1,85 @@
+package bench
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sony/gobreaker/v2"
+	"google.golang.org/grpc"
+
+	"github.com/cbgrpc/cbgrpc"
+	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+)
+
+// BenchmarkClosedPath is what a breaker costs a call while it is closed,
+// in process and with nothing else on the path: cbgrpc's unary
+// interceptor over the in-process coordinator, its admissions cached (the
+// default), in front of an invoker that does nothing, against sony/gobreaker
+// v2's local breaker running a function that does nothing. Each runs on
+// one goroutine (serial) and on GOMAXPROCS goroutines (parallel); the
+// ratio serial ns/op ÷ parallel ns/op is how the path scales, next to
+// that of independent work (a loop of arithmetic, no shared memory), the
+// most the machine gives.
+//
+//	go test -run '^$' -bench ClosedPath -count 5 .
+func BenchmarkClosedPath(b *testing.B) {
+	ctx := context.Background()
+	b.Run("cbgrpc", func(b *testing.B) {
+		br, err := cbgrpc.New(memory.New())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer br.Close()
+		call := br.UnaryClientInterceptor()
+		invoke := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+		const method = "/bench.Service/Closed"
+		for range 1000 { // past the first admission, into the cache
+			if err := call(ctx, method, nil, nil, nil, invoke); err != nil {
+				b.Fatal(err)
+			}
+		}
+		paths(b, func() error { return call(ctx, method, nil, nil, nil, invoke) })
+	})
+	b.Run("gobreaker-local", func(b *testing.B) {
+		cb := gobreaker.NewCircuitBreaker[any](gobreaker.Settings{Name: "bench"})
+		run := func() (any, error) { return nil, nil }
+		paths(b, func() error { _, err := cb.Execute(run); return err })
+	})
+	b.Run("independent-work", func(b *testing.B) {
+		paths(b, func() error {
+			x := uint64(88172645463325252)
+			for range 64 {
+				x ^= x << 13
+				x ^= x >> 7
+				x ^= x << 17
+			}
+			if x == 0 {
+				b.Fatal("xorshift reached 0")
+			}
+			return nil
+		})
+	})
+}
+
+// paths runs op serially and in parallel, each a sub-benchmark.
+func paths(b *testing.B, op func() error) {
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := op(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := op(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
