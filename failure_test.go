@@ -21,9 +21,9 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
-// TestCoordinatorDown checks the rules of DESIGN.md section 5 for each
-// failure policy: a scope last seen open is rejected whatever the policy;
-// a scope never seen open follows it.
+// TestCoordinatorDown checks rules 1 and 2 of "When the coordinator
+// fails" (docs/architecture.md) for each failure policy: a scope last seen
+// open is rejected whatever the policy; a scope never seen open follows it.
 func TestCoordinatorDown(t *testing.T) {
 	for _, policy := range []FailurePolicy{FailOpen, FailClosed} {
 		t.Run(policy.String(), func(t *testing.T) {

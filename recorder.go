@@ -107,8 +107,8 @@ type recorder struct {
 	// spare holds, per scope, the list the loop last took, emptied, for
 	// the next outcomes to fill (collect): a busy scope's list would
 	// otherwise grow from nothing every interval, copying itself at each
-	// doubling (72 % of what add cost). A scope that sent nothing for an
-	// interval loses its spare.
+	// doubling (most of what add cost, profiled). A scope that sent
+	// nothing for an interval loses its spare.
 	spare map[string][]item
 	kick  chan struct{} // cap 1: something waiting must go now
 }

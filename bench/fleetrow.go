@@ -17,7 +17,7 @@ type FleetRow struct {
 
 	// Redis CPU (INFO cpu: used_cpu_sys + used_cpu_user) per busy
 	// replica-scope-second: the headline, ≤ 50 µs at default options
-	// by DESIGN §7.
+	// by docs/architecture.md's performance targets.
 	RedisMicros float64 `json:"redis_cpu_us_per_rss"`
 	RedisCores  float64 `json:"redis_cpu_cores"`
 	// The servers' CPU with no fleet, measured for half a second before

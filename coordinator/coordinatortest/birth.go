@@ -7,7 +7,7 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
-// Birth, by rule 4 of the contract (DESIGN §4): a scope that is not born
+// Birth, by rule 4 of the contract (docs/architecture.md): a scope that is not born
 // (never used, forgotten, or whose state record was lost) is born by the
 // first operation that writes, closed, in a new generation, which it
 // persists, with nothing of an earlier life. Snapshot never writes: it

@@ -8,7 +8,7 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
-// The details both coordinators settle the same way (DESIGN §4): rounding
+// The details both coordinators settle the same way (docs/architecture.md, the contract's rules): rounding
 // of ratios, batches, probe leases at transitions, state as of now, stale
 // counts, retried batches, invalid policies and the fields of a
 // transition.

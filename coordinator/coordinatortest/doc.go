@@ -10,7 +10,10 @@
 //		})
 //	}
 //
-// Run has one named subtest per rule of the contract, each on its own
+// The contract's rules are numbered in the repository's
+// docs/architecture.md ("The contract's rules"); "rule N" in this package
+// and in the coordinators is that list's. Run has one named subtest per
+// rule of the contract, each on its own
 // coordinator and fake [Clock], and ends with [Compare], a randomized
 // differential test against the in-process coordinator, the reference
 // model. A coordinator that can lose its state record calls Compare itself

@@ -16,7 +16,8 @@ import (
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
-// lossBound is how soon a silent feed must be reported lost (DESIGN §5a).
+// lossBound is how soon a silent feed must be reported lost
+// (docs/architecture.md, "When the coordinator fails", rule 7).
 const lossBound = 2 * time.Second
 
 // loss is when and how a Watch's Next failed.

@@ -17,9 +17,9 @@ import (
 // is to publish, and how it splits when it has too many followers.
 //
 // A heartbeat on a channel reaches all its followers in one turn of the
-// node's event loop, 2.1-2.6 µs each (BenchmarkBusyServer's costs, and a
-// probe of one PUBLISH to 100-4,000 subscribers): 10,000 would hold the
-// node some 23 ms. So a channel keeps about sharedCap followers at most.
+// node's event loop, a few µs each (bench/RESULTS.md, BenchmarkBusyServer):
+// 10,000 would hold the node for tens of ms. So a channel keeps about
+// sharedCap followers at most.
 // The publisher says in each heartbeat how many the previous one reached
 // (PUBLISH's reply). Over sharedCap, every follower moves one level or
 // more deeper: level L has 2^L channels, and a Watch takes the one its id

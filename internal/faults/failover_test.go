@@ -18,8 +18,8 @@ import (
 )
 
 // feedLostWithin bounds how long after a failover every replica reports
-// its transition feed lost (DESIGN 5a: 2 s), plus the replicas' report
-// interval.
+// its transition feed lost (2 s: docs/architecture.md, "When the
+// coordinator fails", rule 7), plus the replicas' report interval.
 const feedLostWithin = 2*time.Second + 100*time.Millisecond
 
 // failoverFleet runs replicas over cfg's Redis calling EmptyCall, which
