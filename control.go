@@ -14,9 +14,15 @@ import (
 // whose coordinator does not implement [coordinator.Controller].
 var ErrNoController = errors.New("cbgrpc: the coordinator offers no manual control")
 
-// ErrClosed is returned by the operator's methods of a [Breaker] that has
-// been closed.
-var ErrClosed = errors.New("cbgrpc: the Breaker is closed")
+// ErrShut is returned by the operator's methods of a [Breaker] that has
+// been shut by [Breaker.Close]. (A closed breaker, [coordinator.StateClosed],
+// is one that admits calls: another thing.)
+var ErrShut = errors.New("cbgrpc: the Breaker is shut")
+
+// ErrClosed is the former name of [ErrShut].
+//
+// Deprecated: use [ErrShut]; "closed" is a breaker's state.
+var ErrClosed = ErrShut
 
 // Isolate forces scope's breaker open for the whole fleet, as
 // [coordinator.Controller] describes, through this Breaker's coordinator
@@ -58,7 +64,7 @@ func (b *Breaker) control(ctx context.Context, scope, op string, n coordinator.N
 		return coordinator.Result{}, fmt.Errorf("cbgrpc: %s %q: %w", op, scope, err)
 	}
 	if !b.enter() {
-		return coordinator.Result{}, ErrClosed
+		return coordinator.Result{}, ErrShut
 	}
 	defer b.admits.Done()
 	var res coordinator.Result

@@ -17,7 +17,7 @@ var ErrNoLister = errors.New("cbgrpc: the coordinator cannot list its scopes")
 // note, and why and when it last tripped (coordinator.Snapshot.LastTrip).
 // Looking changes nothing, not even this process's knowledge of the
 // scope. A scope that is not born reads closed in generation 0. It waits
-// at most 10 s, like an operator's command, and fails with [ErrClosed]
+// at most 10 s, like an operator's command, and fails with [ErrShut]
 // once the Breaker is closed.
 func (b *Breaker) Snapshot(ctx context.Context, scope string) (coordinator.Snapshot, error) {
 	var s coordinator.Snapshot
@@ -68,7 +68,7 @@ func (b *Breaker) List(ctx context.Context) ([]coordinator.Snapshot, error) {
 // nothing from it: looking changes nothing.
 func (b *Breaker) inspect(ctx context.Context, op, scope string, f func(context.Context) error) error {
 	if !b.enter() {
-		return ErrClosed
+		return ErrShut
 	}
 	defer b.admits.Done()
 	_, err := b.roundTrip(ctx, trip{op: op, scope: scope, timeout: operatorTimeout, wg: &b.admits},

@@ -143,8 +143,8 @@ func TestOnTransitionNothingAfterClose(t *testing.T) {
 	if n := log.len(); n != 3 {
 		t.Errorf("%d transitions passed by the time Close returned; want the 3 queued", n)
 	}
-	if _, err := b.Isolate(ctx, "after", coordinator.Note{Reason: "test"}); err != ErrClosed {
-		t.Errorf("Isolate after Close: %v; want ErrClosed", err)
+	if _, err := b.Isolate(ctx, "after", coordinator.Note{Reason: "test"}); err != ErrShut {
+		t.Errorf("Isolate after Close: %v; want ErrShut", err)
 	}
 	if late.Load() || log.len() != 3 {
 		t.Error("the callback was called after Close returned")
