@@ -327,8 +327,17 @@ func state(t testing.TB, c coordinator.Coordinator, scope string, p coordinator.
 
 // newBreaker returns a Breaker that the test closes, checking that Close
 // leaves no goroutine of this package behind.
+// testCoordinatorTimeout is the coordinator timeout of newBreaker's
+// Breakers, unless a test sets its own.
+const testCoordinatorTimeout = 2 * time.Second
+
 func newBreaker(t testing.TB, c coordinator.Coordinator, opts ...Option) *Breaker {
 	t.Helper()
+	// A coordinator timeout a loaded machine cannot outlast, unless the
+	// test sets its own: at the default 50 ms, a real Redis under -race
+	// and a busy CI host times out now and then, and the call is decided
+	// by the failure policy where the test wants the coordinator's answer.
+	opts = append([]Option{WithCoordinatorTimeout(testCoordinatorTimeout)}, opts...)
 	b, err := New(c, opts...)
 	if err != nil {
 		t.Fatal(err)

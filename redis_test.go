@@ -167,7 +167,9 @@ func TestRedisMemoryBoundedByScopesInUse(t *testing.T) {
 	inspect := srv.Client(t)
 	p := coordinator.DefaultPolicy()
 	p.Window = 200 * time.Millisecond
-	b := newBreaker(t, cbredis.New(srv.Client(t)), WithPolicy(p))
+	// The default timeout: under 100,000 scopes a Record that waits longer
+	// would hold Close past its bound.
+	b := newBreaker(t, cbredis.New(srv.Client(t)), WithPolicy(p), WithCoordinatorTimeout(DefaultCoordinatorTimeout))
 	ctx := context.Background()
 	subscriptions := func() int {
 		list, err := inspect.ClientList(ctx).Result()
