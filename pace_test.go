@@ -42,7 +42,7 @@ func TestCalm(t *testing.T) {
 	noSlowRule := p
 	noSlowRule.SlowCallDuration = 0
 	throttling := p
-	throttling.Throttle = 2
+	throttling.Throttle, throttling.FailureRatio = 2, 0.8
 	throttledAnswer := closed(100, 20, 0)
 	throttledAnswer.window.throttled = 150
 	for _, c := range []struct {

@@ -24,7 +24,7 @@ import (
 
 func TestThrottleShare(t *testing.T) {
 	p := coordinator.DefaultPolicy() // MinCalls 20
-	p.Throttle = 2
+	p.Throttle, p.FailureRatio = 2, 0.8
 	off := coordinator.DefaultPolicy()
 	consecutive := p
 	consecutive.ConsecutiveFailures = 50

@@ -54,7 +54,7 @@ func TestThrottleSmoke(t *testing.T) {
 
 func TestLocalThrottleShare(t *testing.T) {
 	p := coordinator.DefaultPolicy() // MinCalls 20
-	p.Throttle = 2
+	p.Throttle, p.FailureRatio = 2, 0.8
 	l := NewLocalThrottle(p)
 	now := time.Now()
 	for i := range 100 {

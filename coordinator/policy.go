@@ -41,7 +41,9 @@ type Policy struct {
 	// calls than MinCalls (or ConsecutiveFailures, if larger), so that
 	// the trip rules always get the calls they need. Coordinators count
 	// throttled requests (Outcome.Throttled) whatever K is. 0, the
-	// default, is off; otherwise at least 1 (2 is the book's choice).
+	// default, is off; otherwise at least 1 (2 is the book's choice), and
+	// a FailureRatio that is on must be above 1 − 1/K, the share of
+	// failures the throttle holds the dependency at.
 	Throttle float64
 	// Outliers is how many replicas a fleet trip leaves out: a rule
 	// opens the breaker for the fleet only if it still holds without the
@@ -194,6 +196,12 @@ func (p Policy) Validate() error {
 	}
 	if p.Throttle != 0 && !(p.Throttle >= 1 && !math.IsInf(p.Throttle, 1)) {
 		return invalid("Throttle", "must be 0 (off) or a finite K of at least 1 (2 is typical), got %v", p.Throttle)
+	}
+	// In thousandths, as the ratio rule trips: failures*1000 >= permille*calls
+	// at the held share (K−1)/K is permille*K <= 1000*(K−1).
+	if p.Throttle != 0 && p.FailureRatio > 0 && float64(Permille(p.FailureRatio))*p.Throttle <= 1000*(p.Throttle-1) {
+		return invalid("FailureRatio", "must be above 1 − 1/K (%.4g for Throttle %v), got %v: the throttle holds the dependency at about that share of failures, so the ratio would trip where the throttle should hold; raise FailureRatio, lower Throttle, or set FailureRatio to 0",
+			1-1/p.Throttle, p.Throttle, p.FailureRatio)
 	}
 	if p.Outliers < 0 || p.Outliers > MaxOutliers {
 		return invalid("Outliers", "must be 0 (plain rules) to %d, got %d", MaxOutliers, p.Outliers)

@@ -166,6 +166,9 @@ func comparePolicy(rng *rand.Rand) coordinator.Policy {
 	}
 	if rng.IntN(2) == 0 {
 		p.Throttle = 2
+		if p.FailureRatio > 0 {
+			p.FailureRatio = 0.75 // above the half that K 2 holds failing
+		}
 	}
 	switch rng.IntN(4) {
 	case 0:

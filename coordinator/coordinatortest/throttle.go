@@ -41,7 +41,7 @@ func (h *harness) wantWindow(what string, r coordinator.Result, calls, failures,
 // answered beside the calls, and change nothing the trip rules read.
 func testThrottledCountsAsARequestNotACall(t *testing.T, f Factory) {
 	p := basePolicy()
-	p.Throttle = 2
+	p.Throttle, p.FailureRatio = 2, 0.75
 	h := newHarness(t, f, p)
 	gen := h.closedGen()
 
@@ -54,7 +54,7 @@ func testThrottledCountsAsARequestNotACall(t *testing.T, f Factory) {
 		fail(gen), throttled(gen), fail(gen), throttled(gen), throttled(gen), fail(gen), throttled(gen))
 	h.wantWindow("the same window", h.record(throttled(gen)), 3, 3, 8)
 	// The fourth call trips on the ratio, counted in calls alone.
-	h.wantTrip("the fourth call", gen, "failures 4/4 >= 50%", throttled(gen), fail(gen))
+	h.wantTrip("the fourth call", gen, "failures 4/4 >= 75%", throttled(gen), fail(gen))
 	if s := h.snapshot(); s.Throttled != 0 || s.Calls != 0 {
 		t.Errorf("after the trip: %s; want an empty window in the open generation", showSnapshot(s))
 	}

@@ -55,7 +55,7 @@ func TestThrottledKeptBesideTheBuckets(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	clock := coordinatortest.NewClock()
 	c := cbredis.New(rdb, cbredis.WithClock(clock.Now))
-	p := coordinator.Policy{Window: 10 * time.Second, Buckets: 10, MinCalls: 10, FailureRatio: 0.5,
+	p := coordinator.Policy{Window: 10 * time.Second, Buckets: 10, MinCalls: 10, FailureRatio: 0.75,
 		OpenFor: time.Second, Probes: 1, ProbeLease: time.Second, ProbeSuccesses: 1, Throttle: 2}
 	gen := born(t, c, "s", p)
 	var window string
