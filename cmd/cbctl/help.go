@@ -16,7 +16,7 @@ CBCTL_REDIS_PASSWORD (the credentials are read from here only), CBCTL_BY, CBCTL_
 `
 
 const exitStatus = `exit status: 0 done (also when the breaker already was in the state asked for);
-1 an operational error (Redis unreachable, a script failed, the watch feed was lost);
+1 an operational error (Redis unreachable, a script failed, watch refused by Redis);
 2 a usage error, or a policy override that would not work (nothing is stored);
 3 show, isolate, release, disable or enable of a scope that has no
 state (the last four unless --create is given), and policy show or set of one that

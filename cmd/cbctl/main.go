@@ -96,7 +96,7 @@
 //
 // Exit status: 0 done (also when the breaker was already in the state
 // asked for); 1 an operational error (Redis unreachable, a script failed,
-// the watch feed was lost); 2 a usage error (unknown command or flag, a
+// watch refused by Redis); 2 a usage error (unknown command or flag, a
 // missing argument, a missing --reason, a bad --for), or a policy override
 // that would not work, which is not stored; 3 show, isolate, release,
 // disable or enable of a scope that has no state (the last four unless
