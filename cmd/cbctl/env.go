@@ -41,6 +41,10 @@ type env struct {
 
 var errHelp = errors.New("help")
 
+// defaultAddr is the Redis cbctl connects to when told none; a variable so
+// that tests never reach a Redis of the machine's.
+var defaultAddr = "127.0.0.1:6379"
+
 // flags makes the command's flag set with the flags every command takes.
 func (e *env) flags() *flag.FlagSet {
 	fs := flag.NewFlagSet("cbctl "+e.name, flag.ContinueOnError)
@@ -48,7 +52,7 @@ func (e *env) flags() *flag.FlagSet {
 	def := coordinator.DefaultPolicy()
 	addr := e.getenv("CBCTL_REDIS_ADDR")
 	if addr == "" {
-		addr = "127.0.0.1:6379"
+		addr = defaultAddr
 	}
 	fs.StringVar(&e.addr, "addr", addr, "Redis `HOST:PORT`; comma-separated seeds with --cluster")
 	fs.BoolVar(&e.cluster, "cluster", false, "the Redis is a Redis Cluster")
@@ -128,6 +132,10 @@ func (e *env) coordinator() (*cbredis.Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !sentinel && !e.given("addr") && e.getenv("CBCTL_REDIS_ADDR") == "" {
+		// On standard error: scripts read standard output.
+		fmt.Fprintf(e.stderr, "cbctl: no --addr or CBCTL_REDIS_ADDR given: using the default %s\n", e.addr)
+	}
 	var tc *tls.Config
 	if e.tls || e.tlsCA != "" || e.tlsName != "" {
 		tc = &tls.Config{ServerName: e.tlsName, MinVersion: tls.VersionTLS12}
@@ -169,21 +177,19 @@ func (e *env) coordinator() (*cbredis.Coordinator, error) {
 // --sentinel or $CBCTL_REDIS_SENTINEL is set, unless --addr is given. An
 // explicit flag beats the environment, as it does for --addr.
 func (e *env) viaSentinel() (bool, error) {
-	set := map[string]bool{}
-	e.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	origin := func(flag, env string) string {
-		if set[flag] {
+		if e.given(flag) {
 			return "--" + flag
 		}
 		return "$" + env
 	}
 	switch {
-	case e.sentinel == "" || (set["addr"] && !set["sentinel"]):
-		if set["master"] {
+	case e.sentinel == "" || (e.given("addr") && !e.given("sentinel")):
+		if e.given("master") {
 			return false, usageErr("--master %q: it names a master the Sentinels monitor; give --sentinel too", e.master)
 		}
 		return false, nil
-	case set["addr"]:
+	case e.given("addr"):
 		return false, usageErr("--addr and --sentinel: give one of them")
 	case e.cluster:
 		return false, usageErr("--cluster and %s: Sentinel serves a master and its replicas, not a cluster; give one of them", origin("sentinel", "CBCTL_REDIS_SENTINEL"))
@@ -191,6 +197,13 @@ func (e *env) viaSentinel() (bool, error) {
 		return false, usageErr("%s %q: give --master NAME (or $CBCTL_REDIS_MASTER), the master the Sentinels monitor", origin("sentinel", "CBCTL_REDIS_SENTINEL"), e.sentinel)
 	}
 	return true, nil
+}
+
+// given reports whether the flag name is on the command line.
+func (e *env) given(name string) bool {
+	set := false
+	e.fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // by is who acts, for the note.
