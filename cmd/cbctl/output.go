@@ -180,18 +180,22 @@ type snapshotJSON struct {
 	Scope string `json:"scope"`
 	// State is "corrupt" for a listed scope whose stored state cannot be
 	// read; Corrupt then says why, and every other field is zero.
-	State               string    `json:"state"`
-	Corrupt             string    `json:"corrupt,omitempty"`
-	Generation          uint64    `json:"generation"`
-	Calls               int       `json:"calls"`
-	Failures            int       `json:"failures"`
-	Slow                int       `json:"slow"`
-	Throttled           int       `json:"throttled"` // requests adaptive throttling rejected (Policy.Throttle)
-	ConsecutiveFailures int       `json:"consecutive_failures"`
+	State      string `json:"state"`
+	Corrupt    string `json:"corrupt,omitempty"`
+	Generation uint64 `json:"generation"`
+	Calls      int    `json:"calls"`
+	Failures   int    `json:"failures"`
+	Slow       int    `json:"slow"`
+	Throttled  int    `json:"throttled"` // requests adaptive throttling rejected (Policy.Throttle)
+	// The fields below are there only in the states they apply to:
+	// consecutive_failures in closed; opened_at in open, half-open and
+	// isolated; open_until in open, and isolated for a set time; the
+	// probes in half-open; forced_at and operator in isolated and disabled.
+	ConsecutiveFailures *int      `json:"consecutive_failures,omitempty"`
 	OpenedAt            string    `json:"opened_at,omitempty"`
 	OpenUntil           string    `json:"open_until,omitempty"`
-	ProbesInFlight      int       `json:"probes_in_flight"`
-	ProbeSuccesses      int       `json:"probe_successes"`
+	ProbesInFlight      *int      `json:"probes_in_flight,omitempty"`
+	ProbeSuccesses      *int      `json:"probe_successes,omitempty"`
 	ForcedAt            string    `json:"forced_at,omitempty"`
 	Operator            *noteJSON `json:"operator,omitempty"`
 	LastTrip            *tripJSON `json:"last_trip,omitempty"`
@@ -265,14 +269,22 @@ func toJSON(s coordinator.Snapshot) snapshotJSON {
 	}
 	out := snapshotJSON{
 		Scope: s.Scope, State: s.State.String(), Generation: s.Generation,
-		Calls: s.Calls, Failures: s.Failures, Slow: s.Slow, Throttled: s.Throttled, ConsecutiveFailures: s.ConsecutiveFailures,
-		OpenedAt: jsonTime(s.OpenedAt), OpenUntil: jsonTime(s.OpenUntil),
-		ProbesInFlight: s.ProbesInFlight, ProbeSuccesses: s.ProbeSuccesses,
-		ForcedAt: jsonTime(s.ForcedAt),
+		Calls: s.Calls, Failures: s.Failures, Slow: s.Slow, Throttled: s.Throttled,
 	}
-	if !s.ForcedAt.IsZero() {
+	// The coordinator keeps when the breaker last opened through its
+	// recovery; once closed that is history, which last_trip tells.
+	switch s.State {
+	case coordinator.StateClosed:
+		out.ConsecutiveFailures = &s.ConsecutiveFailures
+	case coordinator.StateOpen, coordinator.StateIsolated:
+		out.OpenedAt, out.OpenUntil = jsonTime(s.OpenedAt), jsonTime(s.OpenUntil)
+	case coordinator.StateHalfOpen:
+		out.OpenedAt = jsonTime(s.OpenedAt)
+		out.ProbesInFlight, out.ProbeSuccesses = &s.ProbesInFlight, &s.ProbeSuccesses
+	}
+	if (s.State == coordinator.StateIsolated || s.State == coordinator.StateDisabled) && !s.ForcedAt.IsZero() {
 		n := toNoteJSON(s.Operator)
-		out.Operator = &n
+		out.ForcedAt, out.Operator = jsonTime(s.ForcedAt), &n
 	}
 	if len(s.Policies) > 0 {
 		p := toSeenJSON(s.Policies[0])

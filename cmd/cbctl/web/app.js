@@ -224,7 +224,7 @@ function tile(row) {
     v.append(time(row.open_until) + ' · ', cd);
     item(row.state === 'isolated' ? 'isolated until' : 'open until', v);
   }
-  item('probes in flight', row.probes_in_flight);
+  if (row.probes_in_flight !== undefined) item('probes in flight', row.probes_in_flight); // half-open only
   if (row.policies_seen > 1 && row.policy) {
     // Replicas ran different policies in the window: a rolling deploy, or
     // a replica yet to apply an override (cbctl policy show lists them).
