@@ -175,6 +175,8 @@ func TestCLI(t *testing.T) {
 
 	// isolate
 	c.want(2, "", "cbctl: isolate: --reason: invalid note: a reason is required to isolate a breaker", "isolate", "svc/pkg.S/Down")
+	c.want(2, "", "cbctl: isolate: --reason: invalid note: a reason is required to isolate a breaker", "isolate", "svc/pkg.S/Down", "--reason", " ")
+	c.want(2, "", "cbctl: disable: --reason: invalid note: a reason is required to disable a breaker", "disable", "svc/pkg.S/Down")
 	c.want(2, "", "cbctl: isolate: --for: invalid note: For is -1s", "isolate", "svc/pkg.S/Down", "--reason", "x", "--for", "-1s")
 	c.want(2, "", "want one SCOPE, got 0 arguments", "isolate", "--reason", "x")
 	c.want(3, "", "cbctl: isolate: scope svc/pkg.S/Down not found", "isolate", "svc/pkg.S/Down", "--reason", "x")
