@@ -255,7 +255,7 @@ func TestCallOptionsLastWins(t *testing.T) {
 	m, tc := memoryWith(t, coordinatortest.NewClock())
 	// The default policy: the failures below do not trip "closed".
 	p := coordinator.DefaultPolicy()
-	if _, err := m.Isolate(context.Background(), "open", p, coordinator.Note{Reason: "test"}); err != nil {
+	if _, err := m.Isolate(context.Background(), coordinator.CommandRequest{Scope: "open", Policy: p, Note: coordinator.Note{Reason: "test"}}); err != nil {
 		t.Fatal(err)
 	}
 	b := newBreaker(t, tc, WithPolicy(p))

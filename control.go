@@ -52,7 +52,7 @@ func (b *Breaker) Enable(ctx context.Context, scope string, n coordinator.Note) 
 	return b.control(ctx, scope, "enable", n, coordinator.Controller.Enable)
 }
 
-type controlOp func(coordinator.Controller, context.Context, string, coordinator.Policy, coordinator.Note) (coordinator.Result, error)
+type controlOp func(coordinator.Controller, context.Context, coordinator.CommandRequest) (coordinator.Result, error)
 
 func (b *Breaker) control(ctx context.Context, scope, op string, n coordinator.Note, f controlOp) (coordinator.Result, error) {
 	ctl, ok := b.c.(coordinator.Controller)
@@ -69,9 +69,9 @@ func (b *Breaker) control(ctx context.Context, scope, op string, n coordinator.N
 	defer b.admits.Done()
 	var res coordinator.Result
 	_, err := b.roundTrip(ctx, trip{op: op, scope: scope, timeout: operatorTimeout, wg: &b.admits},
-		func(ctx context.Context) (answer, error) {
+		func(ctx context.Context, seen uint64) (answer, error) {
 			var err error
-			res, err = f(ctl, ctx, scope, b.known.policyOf(scope).p, n)
+			res, err = f(ctl, ctx, coordinator.CommandRequest{Scope: scope, Policy: b.known.policyOf(scope).p, Note: n, Seen: seen})
 			return resulted(res), err
 		})
 	return res, err

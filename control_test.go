@@ -100,14 +100,14 @@ func TestShortenedIsolationReachesTheCache(t *testing.T) {
 	client.EmptyCall(ctx, &testpb.Empty{}) // the feed follows the scope
 	eventually(t, "the feed to follow the scope", func() bool { epoch, _ := b.known.begin("s"); return epoch != 0 })
 	p := coordinator.DefaultPolicy()
-	if _, err := c.Isolate(ctx, "s", p, coordinator.Note{By: "ops", Reason: "migration", For: time.Hour}); err != nil {
+	if _, err := c.Isolate(ctx, coordinator.CommandRequest{Scope: "s", Policy: p, Note: coordinator.Note{By: "ops", Reason: "migration", For: time.Hour}}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the hour's isolation heard on the feed", func() bool {
 		f, _ := b.known.use("s", time.Now())
 		return f.state == coordinator.StateIsolated && time.Until(f.until) > 30*time.Minute
 	})
-	if _, err := c.Isolate(ctx, "s", p, coordinator.Note{By: "ops", Reason: "almost done", For: 200 * time.Millisecond}); err != nil {
+	if _, err := c.Isolate(ctx, coordinator.CommandRequest{Scope: "s", Policy: p, Note: coordinator.Note{By: "ops", Reason: "almost done", For: 200 * time.Millisecond}}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)

@@ -320,7 +320,7 @@ type rejectingCoordinator struct {
 	n int
 }
 
-func (c *rejectingCoordinator) Admit(context.Context, string, coordinator.Policy, string) (coordinator.Decision, error) {
+func (c *rejectingCoordinator) Admit(context.Context, coordinator.AdmitRequest) (coordinator.Decision, error) {
 	c.n++
 	return coordinator.Decision{}, &coordinator.PolicyError{Field: "Window", Reason: "test"}
 }
@@ -329,7 +329,7 @@ func (c *rejectingCoordinator) Admit(context.Context, string, coordinator.Policy
 // client would.
 type panicCoordinator struct{ coordinator.Coordinator }
 
-func (panicCoordinator) Admit(context.Context, string, coordinator.Policy, string) (coordinator.Decision, error) {
+func (panicCoordinator) Admit(context.Context, coordinator.AdmitRequest) (coordinator.Decision, error) {
 	panic("no client")
 }
 
@@ -353,12 +353,12 @@ type corruptCoordinator struct {
 	bad string
 }
 
-func (c corruptCoordinator) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
-	if scope == c.bad {
+func (c corruptCoordinator) Admit(ctx context.Context, q coordinator.AdmitRequest) (coordinator.Decision, error) {
+	if q.Scope == c.bad {
 		c.admits.Add(1)
 		return coordinator.Decision{}, fmt.Errorf("test: %w: WRONGTYPE", coordinator.ErrCorruptState)
 	}
-	return c.testCoordinator.Admit(ctx, scope, p, claim)
+	return c.testCoordinator.Admit(ctx, q)
 }
 
 // One scope with broken data is decided by the failure policy, alone: the
@@ -422,8 +422,7 @@ type heldRecords struct {
 }
 
 func (c *heldRecords) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
-	scope, p, outcomes := q.Scope, q.Policy, q.Outcomes
-	res, err := c.testCoordinator.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: outcomes, Replica: q.Replica, BatchID: q.BatchID, Source: q.Source})
+	res, err := c.testCoordinator.Record(ctx, q)
 	if c.hold.CompareAndSwap(true, false) {
 		c.held <- struct{}{}
 		<-c.release

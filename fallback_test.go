@@ -181,7 +181,7 @@ func TestFallbackOnFailuresWhenAsked(t *testing.T) {
 			}
 		}
 		// An isolated scope: the rejection is served as well, and not counted.
-		if _, err := c.(coordinator.Controller).Isolate(ctx, "inventory", coordinator.DefaultPolicy(), coordinator.Note{Reason: "test"}); err != nil {
+		if _, err := c.(coordinator.Controller).Isolate(ctx, coordinator.CommandRequest{Scope: "inventory", Policy: coordinator.DefaultPolicy(), Note: coordinator.Note{Reason: "test"}}); err != nil {
 			t.Fatal(err)
 		}
 		served := len(fb.errs)

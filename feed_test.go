@@ -341,7 +341,7 @@ func TestCacheFollowsOperatorStates(t *testing.T) {
 	admitN(t, b, scope, 1)
 	eventually(t, "the feed follows the scope", func() bool { return followed(b, scope) })
 
-	if _, err := m.Isolate(ctx, scope, p, coordinator.Note{By: "test", Reason: "isolate"}); err != nil {
+	if _, err := m.Isolate(ctx, coordinator.CommandRequest{Scope: scope, Policy: p, Note: coordinator.Note{By: "test", Reason: "isolate"}}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the isolation reaches the cache", func() bool {
@@ -358,7 +358,7 @@ func TestCacheFollowsOperatorStates(t *testing.T) {
 		t.Errorf("10 admissions of an isolated scope asked the coordinator %d times, want 0", got)
 	}
 
-	if _, err := m.Disable(ctx, scope, p, coordinator.Note{By: "test", Reason: "disable"}); err != nil {
+	if _, err := m.Disable(ctx, coordinator.CommandRequest{Scope: scope, Policy: p, Note: coordinator.Note{By: "test", Reason: "disable"}}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the disabling reaches the cache", func() bool {

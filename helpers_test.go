@@ -159,7 +159,7 @@ func tripPolicy() coordinator.Policy {
 func tripScope(t testing.TB, c coordinator.Coordinator, scope string, p coordinator.Policy) uint64 {
 	t.Helper()
 	ctx := context.Background()
-	d, err := c.Admit(ctx, scope, p, "tripper")
+	d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: "tripper"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,18 +242,18 @@ func (c *testCoordinator) gate(failNext *atomic.Int32) error {
 	return nil
 }
 
-func (c *testCoordinator) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
+func (c *testCoordinator) Admit(ctx context.Context, q coordinator.AdmitRequest) (coordinator.Decision, error) {
 	c.admits.Add(1)
-	n, _ := c.claims.LoadOrStore(claim, new(atomic.Int64))
+	n, _ := c.claims.LoadOrStore(q.Claim, new(atomic.Int64))
 	n.(*atomic.Int64).Add(1)
 	if err := c.gate(&c.failAdmits); err != nil {
 		return coordinator.Decision{}, err
 	}
-	return c.Coordinator.Admit(ctx, scope, p, claim)
+	return c.Coordinator.Admit(ctx, q)
 }
 
 func (c *testCoordinator) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
-	scope, p, outcomes := q.Scope, q.Policy, q.Outcomes
+	outcomes := q.Outcomes
 	c.records.Add(1)
 	n, _ := c.batchIDs.LoadOrStore(q.BatchID, new(atomic.Int64))
 	n.(*atomic.Int64).Add(1)
@@ -278,10 +278,10 @@ func (c *testCoordinator) Record(ctx context.Context, q coordinator.RecordReques
 	c.mu.Lock()
 	c.got = append(c.got, outcomes...)
 	c.mu.Unlock()
-	return c.Coordinator.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: outcomes, Replica: q.Replica, BatchID: q.BatchID, Source: q.Source})
+	return c.Coordinator.Record(ctx, q)
 }
 
-func (c *testCoordinator) Settle(ctx context.Context, scope string, p coordinator.Policy, claim string, o coordinator.Outcome) (coordinator.Result, error) {
+func (c *testCoordinator) Settle(ctx context.Context, q coordinator.SettleRequest) (coordinator.Result, error) {
 	c.settles.Add(1)
 	if c.failRecords.Load() {
 		return coordinator.Result{}, errTransport
@@ -291,9 +291,9 @@ func (c *testCoordinator) Settle(ctx context.Context, scope string, p coordinato
 	}
 	c.settled.Add(1)
 	c.mu.Lock()
-	c.got = append(c.got, o)
+	c.got = append(c.got, q.Outcome)
 	c.mu.Unlock()
-	return c.Coordinator.Settle(ctx, scope, p, claim, o)
+	return c.Coordinator.Settle(ctx, q)
 }
 
 // notClosed reports whether b remembers scope as not closed, so that it

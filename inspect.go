@@ -72,6 +72,6 @@ func (b *Breaker) inspect(ctx context.Context, op, scope string, f func(context.
 	}
 	defer b.admits.Done()
 	_, err := b.roundTrip(ctx, trip{op: op, scope: scope, timeout: operatorTimeout, wg: &b.admits},
-		func(ctx context.Context) (answer, error) { return answer{}, f(ctx) })
+		func(ctx context.Context, _ uint64) (answer, error) { return answer{}, f(ctx) })
 	return err
 }

@@ -320,9 +320,9 @@ func (b *Breaker) decide(ctx context.Context, c call, f fact, now time.Time) (ti
 	pol := b.known.policyIn(f)
 	var d coordinator.Decision
 	_, err := b.roundTrip(ctx, trip{op: "admit", scope: scope, timeout: b.cfg.timeout, wg: &b.admits, admission: true},
-		func(ctx context.Context) (answer, error) {
+		func(ctx context.Context, seen uint64) (answer, error) {
 			var err error
-			d, err = b.c.Admit(ctx, scope, pol.p, claim)
+			d, err = b.c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: pol.p, Claim: claim, Seen: seen})
 			return decided(d), err
 		})
 	if err != nil {

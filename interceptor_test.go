@@ -40,11 +40,11 @@ func tripAndRecover(t *testing.T, c coordinator.Coordinator, clk *coordinatortes
 	ctx := context.Background()
 	tripScope(t, c, scope, p)
 	clk.Advance(p.OpenFor)
-	d, err := c.Admit(ctx, scope, p, "prober")
+	d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: "prober"})
 	if err != nil || d.Verdict != coordinator.Probe {
 		t.Fatalf("probe: %+v, %v", d, err)
 	}
-	res, err := c.Settle(ctx, scope, p, "prober", coordinator.Outcome{Generation: d.Generation})
+	res, err := c.Settle(ctx, coordinator.SettleRequest{Scope: scope, Policy: p, Claim: "prober", Outcome: coordinator.Outcome{Generation: d.Generation}})
 	if err != nil || res.State != closed {
 		t.Fatalf("recovery: %+v, %v", res, err)
 	}

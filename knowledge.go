@@ -205,7 +205,7 @@ func (k *knowledge) pushDone(scope string, gen uint64) {
 // begin is called before a coordinator call about scope. It returns the
 // feed connection that already follows scope (0 if none), to go with the
 // answer to learn, and the generation the table holds for scope (0 if
-// none), which the coordinator must not be behind (coordinator.WithSeen).
+// none), which the coordinator must not be behind (a request's Seen).
 // It asks the feed to follow scope if it does not and the scope is in use
 // (a Record of a scope forgotten meanwhile brings it back to no feed).
 func (k *knowledge) begin(scope string) (epoch, seen uint64) {

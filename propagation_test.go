@@ -82,11 +82,11 @@ func BenchmarkTripPropagation(b *testing.B) {
 		// Recover: the open period (1ms) ends, a probe succeeds.
 		time.Sleep(2 * time.Millisecond)
 		claim := fmt.Sprint("probe-", len(lat))
-		d, err := tripper.Admit(ctx, scope, p, claim)
+		d, err := tripper.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: claim})
 		if err != nil || d.Verdict != coordinator.Probe {
 			b.Fatalf("probe: %+v, %v", d, err)
 		}
-		closed, err := tripper.Settle(ctx, scope, p, claim, coordinator.Outcome{Generation: d.Generation})
+		closed, err := tripper.Settle(ctx, coordinator.SettleRequest{Scope: scope, Policy: p, Claim: claim, Outcome: coordinator.Outcome{Generation: d.Generation}})
 		if err != nil || closed.State != coordinator.StateClosed {
 			b.Fatalf("settle: %+v, %v", closed, err)
 		}

@@ -169,8 +169,8 @@ func (b *Breaker) pushedBack(ctx context.Context, t ticket, method string, err e
 		// answer, which has returned by now.
 		ctx := context.WithoutCancel(ctx)
 		b.roundTrip(ctx, trip{op: "push", scope: t.scope, timeout: pushTimeout, wg: &b.admits},
-			func(ctx context.Context) (answer, error) {
-				res, err := pusher.Push(ctx, t.scope, b.known.policyOf(t.scope).p, t.gen, period, reason)
+			func(ctx context.Context, seen uint64) (answer, error) {
+				res, err := pusher.Push(ctx, coordinator.PushRequest{Scope: t.scope, Policy: b.known.policyOf(t.scope).p, Generation: t.gen, Period: period, Reason: reason, Seen: seen})
 				if err == nil {
 					b.known.pushDone(t.scope, t.gen)
 				}

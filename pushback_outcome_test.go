@@ -75,19 +75,19 @@ func (c *outcomeFirst) Record(ctx context.Context, q coordinator.RecordRequest) 
 	return res, err
 }
 
-func (c *outcomeFirst) Settle(ctx context.Context, scope string, p coordinator.Policy, claim string, o coordinator.Outcome) (coordinator.Result, error) {
-	res, err := c.Coordinator.Settle(ctx, scope, p, claim, o)
+func (c *outcomeFirst) Settle(ctx context.Context, q coordinator.SettleRequest) (coordinator.Result, error) {
+	res, err := c.Coordinator.Settle(ctx, q)
 	c.saw(res)
 	return res, err
 }
 
-func (c *outcomeFirst) Push(ctx context.Context, scope string, p coordinator.Policy, gen uint64, period time.Duration, reason string) (coordinator.Result, error) {
+func (c *outcomeFirst) Push(ctx context.Context, q coordinator.PushRequest) (coordinator.Result, error) {
 	select {
 	case <-c.opened:
 	case <-ctx.Done():
 		return coordinator.Result{}, ctx.Err()
 	}
-	res, err := c.Coordinator.Push(ctx, scope, p, gen, period, reason)
+	res, err := c.Coordinator.Push(ctx, q)
 	if res.Transition != nil {
 		c.opens.Add(1)
 	}

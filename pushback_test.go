@@ -284,7 +284,7 @@ func TestRedisPushBurstMakesOneTransition(t *testing.T) {
 	for range 4 {
 		pushers = append(pushers, cbredis.New(srv.Client(t)))
 	}
-	d, err := pushers[0].Admit(context.Background(), "s", p, "c")
+	d, err := pushers[0].Admit(context.Background(), coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func TestRedisPushBurstMakesOneTransition(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for sent.Add(1) <= 1000 {
-				res, err := pushers[i%4].Push(context.Background(), "s", p, d.Generation, 2*time.Second, "server pushback 2s")
+				res, err := pushers[i%4].Push(context.Background(), coordinator.PushRequest{Scope: "s", Policy: p, Generation: d.Generation, Period: 2 * time.Second, Reason: "server pushback 2s"})
 				if err != nil {
 					t.Error(err)
 					return

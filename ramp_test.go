@@ -49,10 +49,10 @@ func recoverScope(t *testing.T, c coordinator.Coordinator, clk *coordinatortest.
 	ctx := context.Background()
 	gen := tripScope(t, c, scope, p)
 	clk.Advance(p.OpenFor)
-	if d, err := c.Admit(ctx, scope, p, "prober"); err != nil || d.Verdict != coordinator.Probe {
+	if d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: "prober"}); err != nil || d.Verdict != coordinator.Probe {
 		t.Fatalf("probe: %+v, %v", d, err)
 	}
-	res, err := c.Settle(ctx, scope, p, "prober", coordinator.Outcome{Generation: gen})
+	res, err := c.Settle(ctx, coordinator.SettleRequest{Scope: scope, Policy: p, Claim: "prober", Outcome: coordinator.Outcome{Generation: gen}})
 	if err != nil || res.State != coordinator.StateClosed || res.RampLeft != p.RampFor {
 		t.Fatalf("closing probe: %+v, %v; want closed with the whole ramp left", res, err)
 	}
@@ -145,10 +145,10 @@ func TestRedisRampInStep(t *testing.T) {
 	// replica would.
 	gen := tripScope(t, ops, scope, p)
 	time.Sleep(p.OpenFor)
-	if d, err := ops.Admit(ctx, scope, p, "prober"); err != nil || d.Verdict != coordinator.Probe {
+	if d, err := ops.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: "prober"}); err != nil || d.Verdict != coordinator.Probe {
 		t.Fatalf("probe: %+v, %v", d, err)
 	}
-	res, err := ops.Settle(ctx, scope, p, "prober", coordinator.Outcome{Generation: gen})
+	res, err := ops.Settle(ctx, coordinator.SettleRequest{Scope: scope, Policy: p, Claim: "prober", Outcome: coordinator.Outcome{Generation: gen}})
 	closedAt := time.Now()
 	if err != nil || res.RampLeft != p.RampFor {
 		t.Fatalf("closing probe: %+v, %v", res, err)

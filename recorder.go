@@ -407,7 +407,9 @@ func (r *recorder) record(scope string, outcomes []coordinator.Outcome, callers 
 		return blame(outcomes, callers, a, pol.p)
 	}
 	a, err := b.roundTrip(context.Background(), trip{op: "record", scope: scope, timeout: b.cfg.timeout, wg: &r.wg, cause: cause},
-		func(ctx context.Context) (answer, error) {
+		func(ctx context.Context, seen uint64) (answer, error) {
+			q := q
+			q.Seen = seen
 			res, err := b.c.Record(ctx, q)
 			return recordedAnswer(res), err
 		})
@@ -439,8 +441,8 @@ func (r *recorder) settle(it item) {
 		// the probe call's child.
 		probe := func(answer) (trace.SpanContext, []trace.Link) { return it.caller, nil }
 		_, err := b.roundTrip(context.Background(), trip{op: "settle", scope: it.scope, timeout: b.cfg.timeout, wg: &r.wg, cause: probe},
-			func(ctx context.Context) (answer, error) {
-				res, err := b.c.Settle(ctx, it.scope, b.known.policyOf(it.scope).p, it.claim, it.outcome)
+			func(ctx context.Context, seen uint64) (answer, error) {
+				res, err := b.c.Settle(ctx, coordinator.SettleRequest{Scope: it.scope, Policy: b.known.policyOf(it.scope).p, Claim: it.claim, Outcome: it.outcome, Seen: seen})
 				return resulted(res), err
 			})
 		if err != nil {

@@ -370,7 +370,7 @@ func TestRedisCorruptScopeDecidedAlone(t *testing.T) {
 			client := testgrpc.NewTestServiceClient(dial(t, addr, b))
 			bad := ScopeByMethod(ctx, addr, "/grpc.testing.TestService/EmptyCall")
 			// Born by another replica: this Breaker knows nothing of it.
-			if _, err := cbredis.New(rdb).Admit(ctx, bad, coordinator.DefaultPolicy(), "born"); err != nil {
+			if _, err := cbredis.New(rdb).Admit(ctx, coordinator.AdmitRequest{Scope: bad, Policy: coordinator.DefaultPolicy(), Claim: "born"}); err != nil {
 				t.Fatal(err)
 			}
 			if err := rdb.HSet(ctx, redistest.ScopeKey(cbredis.DefaultPrefix, bad, junk.part), junk.field...).Err(); err != nil {

@@ -104,19 +104,18 @@ type trip struct {
 // transition traced and passed to the callback. It tells the coordinator
 // the generation the table holds, so that one that lost state (a failover
 // that rolled it back) starts above it rather than hand out what came
-// before again. ctx is the caller's: when it ends first, the caller gave
-// up and the coordinator is not to blame.
-func (b *Breaker) roundTrip(ctx context.Context, t trip, f func(context.Context) (answer, error)) (answer, error) {
+// before again: f gets it, for its request's Seen. ctx is the caller's:
+// when it ends first, the caller gave up and the coordinator is not to
+// blame.
+func (b *Breaker) roundTrip(ctx context.Context, t trip, f func(ctx context.Context, seen uint64) (answer, error)) (answer, error) {
 	epoch, seen := b.known.begin(t.scope)
 	cctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	if seen != 0 {
-		cctx = coordinator.WithSeen(cctx, seen)
-	}
+	call := func(ctx context.Context) (answer, error) { return f(ctx, seen) }
 	start := time.Now()
-	a, err := b.attempt(cctx, t.wg, f)
+	a, err := b.attempt(cctx, t.wg, call)
 	if err != nil && retryable(cctx, err) {
-		a, err = b.attempt(cctx, t.wg, f)
+		a, err = b.attempt(cctx, t.wg, call)
 	}
 	b.tel.coordinatorCall(ctx, t.scope, t.op, time.Since(start), err)
 	if err != nil {

@@ -65,7 +65,7 @@ func TestThrottledCallIsRejectedAndCounted(t *testing.T) {
 	const scope = "throttled-one"
 	ctx := context.Background()
 	// Another replica saw 10 calls fail and throttled 1000 requests.
-	d, err := c.Admit(ctx, scope, p, "other")
+	d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: "other"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,36 +25,35 @@ type observed struct {
 	r *replica
 }
 
-func (c *observed) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
+func (c *observed) Admit(ctx context.Context, q coordinator.AdmitRequest) (coordinator.Decision, error) {
 	start := time.Now()
-	d, err := c.Coordinator.Admit(ctx, scope, p, claim)
+	d, err := c.Coordinator.Admit(ctx, q)
 	c.r.coordinatorCall(&c.r.admits, start, err)
 	if err == nil && d.State == coordinator.StateOpen {
-		c.r.learn(scope, d.Generation, time.Now())
+		c.r.learn(q.Scope, d.Generation, time.Now())
 	}
 	return d, err
 }
 
 func (c *observed) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
-	scope, p, outcomes := q.Scope, q.Policy, q.Outcomes
 	start := time.Now()
-	res, err := c.Coordinator.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: outcomes, Replica: q.Replica, BatchID: q.BatchID, Source: q.Source})
+	res, err := c.Coordinator.Record(ctx, q)
 	c.r.coordinatorCall(&c.r.records, start, err)
 	if err == nil {
-		c.r.delivered.Add(int64(len(outcomes)))
+		c.r.delivered.Add(int64(len(q.Outcomes)))
 	}
-	c.result(scope, start, res, err)
+	c.result(q.Scope, start, res, err)
 	return res, err
 }
 
-func (c *observed) Settle(ctx context.Context, scope string, p coordinator.Policy, claim string, o coordinator.Outcome) (coordinator.Result, error) {
+func (c *observed) Settle(ctx context.Context, q coordinator.SettleRequest) (coordinator.Result, error) {
 	start := time.Now()
-	res, err := c.Coordinator.Settle(ctx, scope, p, claim, o)
+	res, err := c.Coordinator.Settle(ctx, q)
 	c.r.coordinatorCall(&c.r.settles, start, err)
 	if err == nil {
 		c.r.delivered.Add(1)
 	}
-	c.result(scope, start, res, err)
+	c.result(q.Scope, start, res, err)
 	return res, err
 }
 

@@ -52,12 +52,12 @@ func primeScripts(ctx context.Context, target Target, servers []*goredis.Client)
 	}
 	for i := range scopes {
 		scope := fmt.Sprint("cbfleetsim-prime-", i)
-		d, err := c.Admit(ctx, scope, p, "prime")
+		d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: "prime"})
 		if err == nil {
 			_, err = c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: []coordinator.Outcome{{Generation: d.Generation}}})
 		}
 		if err == nil {
-			_, err = c.Settle(ctx, scope, p, "prime", coordinator.Outcome{Generation: d.Generation})
+			_, err = c.Settle(ctx, coordinator.SettleRequest{Scope: scope, Policy: p, Claim: "prime", Outcome: coordinator.Outcome{Generation: d.Generation}})
 		}
 		if err == nil {
 			_, err = c.Snapshot(ctx, scope, p)

@@ -42,25 +42,25 @@ import (
 // replica the change did not reach loses it.
 type Controller interface {
 	// Isolate forces the breaker open: every Admit rejects and no probe is
-	// sent until Release, or until n.For has passed when it is set. It
+	// sent until Release, or until Note.For has passed when it is set. It
 	// starts a new generation and drops the window and probe leases.
-	// n.Reason is required.
-	Isolate(ctx context.Context, scope string, p Policy, n Note) (Result, error)
+	// Note.Reason is required.
+	Isolate(ctx context.Context, r CommandRequest) (Result, error)
 
 	// Release puts a breaker that is not closed (open, half-open, isolated
 	// or disabled) back to closed, in a new generation with an empty
 	// window.
-	Release(ctx context.Context, scope string, p Policy, n Note) (Result, error)
+	Release(ctx context.Context, r CommandRequest) (Result, error)
 
 	// Disable forces the breaker closed: every Admit allows and Record
 	// still counts outcomes, but nothing trips it until Enable. It starts
-	// a new generation and drops the window and probe leases. n.Reason is
-	// required.
-	Disable(ctx context.Context, scope string, p Policy, n Note) (Result, error)
+	// a new generation and drops the window and probe leases. Note.Reason
+	// is required.
+	Disable(ctx context.Context, r CommandRequest) (Result, error)
 
 	// Enable puts a disabled breaker back under its rules, closed, in the
 	// same generation with the window it counted while disabled.
-	Enable(ctx context.Context, scope string, p Policy, n Note) (Result, error)
+	Enable(ctx context.Context, r CommandRequest) (Result, error)
 
 	// SetOverride merges o into the override stored for t (see
 	// [Override.Merge]: a field o marks for removal is removed), and

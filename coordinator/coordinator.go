@@ -24,11 +24,11 @@ var ErrCorruptState = errors.New("the scope's stored state is unusable")
 // ([CheckScope], [ErrInvalidScope]), which no call has, and Snapshot reads
 // it as not born.
 type Coordinator interface {
-	// Admit asks whether a call may go through. claim is a unique ID the
-	// caller makes for one logical admission; admitting the same claim
-	// again (a retry after a network error) never takes a second probe
-	// slot.
-	Admit(ctx context.Context, scope string, p Policy, claim string) (Decision, error)
+	// Admit asks whether a call may go through. The request's Claim is a
+	// unique ID the caller makes for one logical admission; admitting the
+	// same claim again (a retry after a network error) never takes a
+	// second probe slot.
+	Admit(ctx context.Context, r AdmitRequest) (Decision, error)
 
 	// Record adds the outcomes of calls admitted with Allow, in order.
 	// Outcomes of another generation, or sent while the breaker is not
@@ -57,10 +57,10 @@ type Coordinator interface {
 	// it. The generation and the run of failures stay.
 	Record(ctx context.Context, r RecordRequest) (Result, error)
 
-	// Settle reports the outcome of the probe admitted with claim. A claim
-	// that holds no live lease (unknown, expired or already settled) is
-	// stale and changes nothing.
-	Settle(ctx context.Context, scope string, p Policy, claim string, o Outcome) (Result, error)
+	// Settle reports the outcome of the probe admitted with the request's
+	// Claim. A claim that holds no live lease (unknown, expired or already
+	// settled) is stale and changes nothing.
+	Settle(ctx context.Context, r SettleRequest) (Result, error)
 
 	// Snapshot reports the scope's state as of now without changing it:
 	// looking never uses up a probe. It reads the window with the layout

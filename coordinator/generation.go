@@ -12,7 +12,7 @@ import "time"
 // born by its first Admit, Record, Settle or [Controller] command after it
 // was forgotten (its closed state outlived its window), after its state
 // record was lost (eviction, a deleted key) or rolled back (a caller has
-// seen a later generation: [WithSeen]), or ever; that operation persists
+// seen a later generation: a request's Seen, see [Seen]), or ever; that operation persists
 // the new generation. Snapshot never gives birth: a scope that is
 // not born reads generation 0, which is never handed out.
 //

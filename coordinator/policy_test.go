@@ -222,7 +222,7 @@ func exercise(t *testing.T, p coordinator.Policy) {
 			t.Fatalf("%s with valid policy %+v: %v", op, p, err)
 		}
 	}
-	d, err := c.Admit(ctx, "s", p, "a")
+	d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: "a"})
 	check("Admit", err)
 	for i := 0; i < 64; i++ {
 		res, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Generation: d.Generation, Failure: true, Duration: p.SlowCallDuration}}})
@@ -240,12 +240,12 @@ func exercise(t *testing.T, p coordinator.Policy) {
 		clk.Set(s.OpenUntil)
 		for i := 0; i < 4; i++ {
 			claim := string(rune('a' + i))
-			d, err := c.Admit(ctx, "s", p, claim)
+			d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: claim})
 			check("Admit", err)
 			if d.Verdict != coordinator.Probe {
 				break
 			}
-			_, err = c.Settle(ctx, "s", p, claim, coordinator.Outcome{Generation: d.Generation, Failure: round == 0})
+			_, err = c.Settle(ctx, coordinator.SettleRequest{Scope: "s", Policy: p, Claim: claim, Outcome: coordinator.Outcome{Generation: d.Generation, Failure: round == 0}})
 			check("Settle", err)
 		}
 	}

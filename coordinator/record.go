@@ -1,8 +1,26 @@
 package coordinator
 
-// RecordRequest is everything a Record takes. Every input a coordinator
-// must honour is a field here, not a value in the context, so that a
-// coordinator written elsewhere cannot miss one.
+import "time"
+
+// The requests of the operations that write. Every input a coordinator
+// must honour is a field of its request, not a value in the context, so
+// that a coordinator written elsewhere cannot miss one. Each has a Seen
+// field: the highest generation of the scope the caller has learned from
+// this coordinator, which fences a coordinator that lost state (see
+// [Seen]).
+
+// AdmitRequest is everything an Admit takes.
+type AdmitRequest struct {
+	Scope  string
+	Policy Policy
+	// Claim is a unique ID the caller makes for one logical admission: an
+	// Admit of a claim that holds a probe slot takes no second one, and
+	// its probe is settled with the same claim.
+	Claim string
+	Seen  uint64
+}
+
+// RecordRequest is everything a Record takes.
 type RecordRequest struct {
 	Scope  string
 	Policy Policy
@@ -24,4 +42,38 @@ type RecordRequest struct {
 	// Source says where Policy came from, which the coordinator reports
 	// with it (Snapshot.Policies).
 	Source PolicySource
+	Seen   uint64
+}
+
+// SettleRequest is everything a Settle takes.
+type SettleRequest struct {
+	Scope   string
+	Policy  Policy
+	Claim   string  // the claim the probe was admitted with
+	Outcome Outcome // the probe's outcome
+	Seen    uint64
+}
+
+// PushRequest is everything a [Pusher.Push] takes.
+type PushRequest struct {
+	Scope  string
+	Policy Policy
+	// Generation is the generation the pushed-back call was admitted
+	// under.
+	Generation uint64
+	// Period is how long the server asked callers to stay away; 0 or less
+	// asks for the longest open period the policy allows.
+	Period time.Duration
+	// Reason is the transition's, for operators; required.
+	Reason string
+	Seen   uint64
+}
+
+// CommandRequest is everything an operator's command of a [Controller]
+// (Isolate, Release, Disable, Enable) takes.
+type CommandRequest struct {
+	Scope  string
+	Policy Policy
+	Note   Note
+	Seen   uint64
 }

@@ -125,7 +125,7 @@ func (f *fleet) report(scope, replica string, failure bool, n int) coordinator.R
 
 func (f *fleet) admit(scope string) coordinator.Decision {
 	f.t.Helper()
-	d, err := f.c.Admit(context.Background(), scope, f.p, "claim")
+	d, err := f.c.Admit(context.Background(), coordinator.AdmitRequest{Scope: scope, Policy: f.p, Claim: "claim"})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -334,11 +334,11 @@ func TestCLIWatch(t *testing.T) {
 	}()
 
 	ctx := context.Background()
-	isolated, err := f.c.Isolate(ctx, "svc/watched", f.p, coordinator.Note{By: "alice", Reason: "watching"})
+	isolated, err := f.c.Isolate(ctx, coordinator.CommandRequest{Scope: "svc/watched", Policy: f.p, Note: coordinator.Note{By: "alice", Reason: "watching"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	released, err := f.c.Release(ctx, "svc/watched", f.p, coordinator.Note{})
+	released, err := f.c.Release(ctx, coordinator.CommandRequest{Scope: "svc/watched", Policy: f.p, Note: coordinator.Note{}})
 	if err != nil {
 		t.Fatal(err)
 	}

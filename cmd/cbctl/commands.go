@@ -214,13 +214,13 @@ func control(ctx context.Context, c *cbredis.Coordinator, p coordinator.Policy, 
 	var res coordinator.Result
 	switch op {
 	case "isolate":
-		res, err = c.Isolate(ctx, scope, p, n)
+		res, err = c.Isolate(ctx, coordinator.CommandRequest{Scope: scope, Policy: p, Note: n})
 	case "release":
-		res, err = c.Release(ctx, scope, p, n)
+		res, err = c.Release(ctx, coordinator.CommandRequest{Scope: scope, Policy: p, Note: n})
 	case "disable":
-		res, err = c.Disable(ctx, scope, p, n)
+		res, err = c.Disable(ctx, coordinator.CommandRequest{Scope: scope, Policy: p, Note: n})
 	case "enable":
-		res, err = c.Enable(ctx, scope, p, n)
+		res, err = c.Enable(ctx, coordinator.CommandRequest{Scope: scope, Policy: p, Note: n})
 	default:
 		err = fmt.Errorf("unknown operation %q", op)
 	}

@@ -27,7 +27,7 @@ func (f *fleet) overrides(scope string) coordinator.Overrides {
 func (f *fleet) record(scope string, p coordinator.Policy, src coordinator.PolicySource) {
 	f.t.Helper()
 	ctx := context.Background()
-	d, err := f.c.Admit(ctx, scope, p, "claim")
+	d, err := f.c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: "claim"})
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func TestServeBrowser(t *testing.T) {
 	// one whose name holds markup.
 	coord := cbredis.New(srv.Client(t))
 	record := func(scope string, calls, failures int) {
-		d, err := coord.Admit(ctx, scope, p, "claim")
+		d, err := coord.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: "claim"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestServeBrowser(t *testing.T) {
 	record("ledger:443/ledger.v1.Ledger/Post", 9, 3)
 	record("search:443/search.v1.Search/Query", 40, 1)
 	record(htmlScope, 1, 0)
-	if _, err := coord.Disable(ctx, "search:443/search.v1.Search/Query", p, coordinator.Note{By: "bob", Reason: "INC-1235 false trips"}); err != nil {
+	if _, err := coord.Disable(ctx, coordinator.CommandRequest{Scope: "search:443/search.v1.Search/Query", Policy: p, Note: coordinator.Note{By: "bob", Reason: "INC-1235 false trips"}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -201,7 +201,7 @@ func TestServeBrowser(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the page's listing did not reach the server")
 	}
-	if _, err := coord.Isolate(ctx, tripped, p, coordinator.Note{By: "test", Reason: "while a listing is on its way"}); err != nil {
+	if _, err := coord.Isolate(ctx, coordinator.CommandRequest{Scope: tripped, Policy: p, Note: coordinator.Note{By: "test", Reason: "while a listing is on its way"}}); err != nil {
 		t.Fatal(err)
 	}
 	b.waitFor("the tripped tile isolated by the event", tileOf(tripped)+`.dataset.state === "isolated"`, 5*time.Second)

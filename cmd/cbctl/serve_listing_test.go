@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
@@ -20,7 +21,7 @@ func TestServeManyScopes(t *testing.T) {
 	for w := range 8 {
 		wg.Go(func() {
 			for i := w; i < n; i += 8 {
-				if _, err := f.c.Admit(context.Background(), fmt.Sprintf("svc/many-%05d", i), f.p, "c"); err != nil {
+				if _, err := f.c.Admit(context.Background(), coordinator.AdmitRequest{Scope: fmt.Sprintf("svc/many-%05d", i), Policy: f.p, Claim: "c"}); err != nil {
 					t.Error(err)
 					return
 				}

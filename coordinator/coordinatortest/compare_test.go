@@ -69,19 +69,21 @@ func renamed(t *coordinator.Transition, scope string) *coordinator.Transition {
 	return &c
 }
 
-func (l *lossy) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
-	d, err := l.m.Admit(ctx, l.inner(scope), p, claim)
+func (l *lossy) Admit(ctx context.Context, q coordinator.AdmitRequest) (coordinator.Decision, error) {
+	scope := q.Scope
+	q.Scope = l.inner(scope)
+	d, err := l.m.Admit(ctx, q)
 	d.Transition = renamed(d.Transition, scope)
 	return d, err
 }
 
 func (l *lossy) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
-	scope, p, outcomes := q.Scope, q.Policy, q.Outcomes
-	inner := l.inner(scope)
+	scope := q.Scope
+	q.Scope = l.inner(scope)
 	if l.adopt {
-		outcomes = l.adopted(ctx, scope, inner, p, outcomes)
+		q.Outcomes = l.adopted(ctx, scope, q.Scope, q.Policy, q.Outcomes)
 	}
-	r, err := l.m.Record(ctx, coordinator.RecordRequest{Scope: inner, Policy: p, Outcomes: outcomes, Replica: q.Replica, BatchID: q.BatchID, Source: q.Source})
+	r, err := l.m.Record(ctx, q)
 	r.Transition = renamed(r.Transition, scope)
 	return r, err
 }
@@ -105,8 +107,10 @@ func (l *lossy) adopted(ctx context.Context, scope, inner string, p coordinator.
 	return outcomes
 }
 
-func (l *lossy) Settle(ctx context.Context, scope string, p coordinator.Policy, claim string, o coordinator.Outcome) (coordinator.Result, error) {
-	r, err := l.m.Settle(ctx, l.inner(scope), p, claim, o)
+func (l *lossy) Settle(ctx context.Context, q coordinator.SettleRequest) (coordinator.Result, error) {
+	scope := q.Scope
+	q.Scope = l.inner(scope)
+	r, err := l.m.Settle(ctx, q)
 	r.Transition = renamed(r.Transition, scope)
 	return r, err
 }
@@ -117,28 +121,30 @@ func (l *lossy) Snapshot(ctx context.Context, scope string, p coordinator.Policy
 	return s, err
 }
 
-type command func(context.Context, string, coordinator.Policy, coordinator.Note) (coordinator.Result, error)
+type command func(context.Context, coordinator.CommandRequest) (coordinator.Result, error)
 
-func (l *lossy) control(ctx context.Context, c command, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
-	r, err := c(ctx, l.inner(scope), p, n)
+func (l *lossy) control(ctx context.Context, c command, q coordinator.CommandRequest) (coordinator.Result, error) {
+	scope := q.Scope
+	q.Scope = l.inner(scope)
+	r, err := c(ctx, q)
 	r.Transition = renamed(r.Transition, scope)
 	return r, err
 }
 
-func (l *lossy) Isolate(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
-	return l.control(ctx, l.m.Isolate, scope, p, n)
+func (l *lossy) Isolate(ctx context.Context, q coordinator.CommandRequest) (coordinator.Result, error) {
+	return l.control(ctx, l.m.Isolate, q)
 }
 
-func (l *lossy) Release(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
-	return l.control(ctx, l.m.Release, scope, p, n)
+func (l *lossy) Release(ctx context.Context, q coordinator.CommandRequest) (coordinator.Result, error) {
+	return l.control(ctx, l.m.Release, q)
 }
 
-func (l *lossy) Disable(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
-	return l.control(ctx, l.m.Disable, scope, p, n)
+func (l *lossy) Disable(ctx context.Context, q coordinator.CommandRequest) (coordinator.Result, error) {
+	return l.control(ctx, l.m.Disable, q)
 }
 
-func (l *lossy) Enable(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
-	return l.control(ctx, l.m.Enable, scope, p, n)
+func (l *lossy) Enable(ctx context.Context, q coordinator.CommandRequest) (coordinator.Result, error) {
+	return l.control(ctx, l.m.Enable, q)
 }
 
 func TestCompareWithLostState(t *testing.T) {
@@ -187,27 +193,26 @@ func (r *reborn) in(scope string, gen uint64) uint64 {
 	return gen
 }
 
-func (r *reborn) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
-	d, err := r.Coordinator.Admit(ctx, scope, p, claim)
-	d.Generation = r.out(scope, d.Generation, true, d.Transition)
+func (r *reborn) Admit(ctx context.Context, q coordinator.AdmitRequest) (coordinator.Decision, error) {
+	d, err := r.Coordinator.Admit(ctx, q)
+	d.Generation = r.out(q.Scope, d.Generation, true, d.Transition)
 	return d, err
 }
 
 func (r *reborn) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
-	scope, p, outcomes := q.Scope, q.Policy, q.Outcomes
-	outcomes = slices.Clone(outcomes)
-	for i := range outcomes {
-		outcomes[i].Generation = r.in(scope, outcomes[i].Generation)
+	q.Outcomes = slices.Clone(q.Outcomes)
+	for i := range q.Outcomes {
+		q.Outcomes[i].Generation = r.in(q.Scope, q.Outcomes[i].Generation)
 	}
-	res, err := r.Coordinator.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: outcomes, Replica: q.Replica, BatchID: q.BatchID, Source: q.Source})
-	res.Generation = r.out(scope, res.Generation, true, res.Transition)
+	res, err := r.Coordinator.Record(ctx, q)
+	res.Generation = r.out(q.Scope, res.Generation, true, res.Transition)
 	return res, err
 }
 
-func (r *reborn) Settle(ctx context.Context, scope string, p coordinator.Policy, claim string, o coordinator.Outcome) (coordinator.Result, error) {
-	o.Generation = r.in(scope, o.Generation)
-	res, err := r.Coordinator.Settle(ctx, scope, p, claim, o)
-	res.Generation = r.out(scope, res.Generation, true, res.Transition)
+func (r *reborn) Settle(ctx context.Context, q coordinator.SettleRequest) (coordinator.Result, error) {
+	q.Outcome.Generation = r.in(q.Scope, q.Outcome.Generation)
+	res, err := r.Coordinator.Settle(ctx, q)
+	res.Generation = r.out(q.Scope, res.Generation, true, res.Transition)
 	return res, err
 }
 
@@ -220,8 +225,8 @@ func (r *reborn) Snapshot(ctx context.Context, scope string, p coordinator.Polic
 type doubler struct{ *memory.Coordinator }
 
 func (d doubler) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
-	scope, p, outcomes := q.Scope, q.Policy, q.Outcomes
-	return d.Coordinator.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: append(outcomes, outcomes...), Replica: q.Replica, BatchID: q.BatchID, Source: q.Source})
+	q.Outcomes = append(q.Outcomes, q.Outcomes...)
+	return d.Coordinator.Record(ctx, q)
 }
 
 // brokenCoordinators each break one rule in a way Compare must notice.

@@ -69,7 +69,7 @@ func remove(list []*call, c *call) []*call {
 
 func (d *driver) admit(s *cmpScope) {
 	d.next++
-	d.admitClaim(context.Background(), s, fmt.Sprintf("claim-%d", d.next), nil)
+	d.admitClaim(0, s, fmt.Sprintf("claim-%d", d.next), nil)
 }
 
 // admitSeen admits a call for a caller that has seen a generation of s:
@@ -82,7 +82,7 @@ func (d *driver) admitSeen(s *cmpScope) {
 	d.next++
 	claim := fmt.Sprintf("claim-%d", d.next)
 	d.note("seen s%d generation %d", s.index, seen)
-	d.admitClaim(coordinator.WithSeen(context.Background(), seen), s, claim, nil)
+	d.admitClaim(seen, s, claim, nil)
 	if seen > last && s.gen == coordinator.NextGeneration(seen, d.now()) {
 		d.hit(pathBornAboveSeen)
 	}
@@ -96,12 +96,13 @@ func (d *driver) readmit(s *cmpScope) {
 		d.admit(s)
 		return
 	}
-	d.admitClaim(context.Background(), s, c.claim, c)
+	d.admitClaim(0, s, c.claim, c)
 }
 
-func (d *driver) admitClaim(ctx context.Context, s *cmpScope, claim string, again *call) {
-	rd, refErr := d.ref.Admit(ctx, s.alias, s.p, claim)
-	sd, sutErr := d.sut.Admit(ctx, s.name, s.p, claim)
+func (d *driver) admitClaim(seen uint64, s *cmpScope, claim string, again *call) {
+	ctx := context.Background()
+	rd, refErr := d.ref.Admit(ctx, coordinator.AdmitRequest{Scope: s.alias, Policy: s.p, Claim: claim, Seen: seen})
+	sd, sutErr := d.sut.Admit(ctx, coordinator.AdmitRequest{Scope: s.name, Policy: s.p, Claim: claim, Seen: seen})
 	d.note("admit s%d %s -> %s", s.index, claim, showDecision(rd))
 	d.noErr("Admit", refErr, sutErr)
 	if rd.Verdict != sd.Verdict || rd.State != sd.State || rd.RetryAfter != sd.RetryAfter || rd.RampLeft != sd.RampLeft || rd.Generation != sd.Generation ||
@@ -293,8 +294,8 @@ func (d *driver) settleCall(c *call) {
 	o := d.callOutcome(s)
 	o.Generation = c.gen
 	ctx := context.Background()
-	rr, refErr := d.ref.Settle(ctx, s.alias, s.p, c.claim, o)
-	sr, sutErr := d.sut.Settle(ctx, s.name, s.p, c.claim, o)
+	rr, refErr := d.ref.Settle(ctx, coordinator.SettleRequest{Scope: s.alias, Policy: s.p, Claim: c.claim, Outcome: o})
+	sr, sutErr := d.sut.Settle(ctx, coordinator.SettleRequest{Scope: s.name, Policy: s.p, Claim: c.claim, Outcome: o})
 	d.note("settle s%d %s %+v (lost: %v) -> %s", s.index, c.claim, o, c.lost, showResult(sr))
 	d.noErr("Settle", refErr, sutErr)
 	if c.lost {
@@ -373,13 +374,13 @@ func (d *driver) control(s *cmpScope) {
 	run := func(c coordinator.Controller, scope string) (coordinator.Result, error) {
 		switch op {
 		case "isolate":
-			return c.Isolate(ctx, scope, s.p, n)
+			return c.Isolate(ctx, coordinator.CommandRequest{Scope: scope, Policy: s.p, Note: n})
 		case "disable":
-			return c.Disable(ctx, scope, s.p, n)
+			return c.Disable(ctx, coordinator.CommandRequest{Scope: scope, Policy: s.p, Note: n})
 		case "release":
-			return c.Release(ctx, scope, s.p, n)
+			return c.Release(ctx, coordinator.CommandRequest{Scope: scope, Policy: s.p, Note: n})
 		}
-		return c.Enable(ctx, scope, s.p, n)
+		return c.Enable(ctx, coordinator.CommandRequest{Scope: scope, Policy: s.p, Note: n})
 	}
 	rr, refErr := run(d.ref, s.alias)
 	sr, sutErr := run(d.ctl, s.name)
@@ -441,8 +442,8 @@ func (d *driver) push(s *cmpScope) {
 	period := periods[d.rng.IntN(len(periods))]
 	d.next++
 	reason := fmt.Sprintf("server pushback %v (%d)", period, d.next)
-	rr, refErr := d.ref.Push(ctx, s.alias, s.p, gen, period, reason)
-	sr, sutErr := d.pusher.Push(ctx, s.name, s.p, gen, period, reason)
+	rr, refErr := d.ref.Push(ctx, coordinator.PushRequest{Scope: s.alias, Policy: s.p, Generation: gen, Period: period, Reason: reason})
+	sr, sutErr := d.pusher.Push(ctx, coordinator.PushRequest{Scope: s.name, Policy: s.p, Generation: gen, Period: period, Reason: reason})
 	d.note("push s%d gen %d %v -> %s", s.index, gen, period, showResult(rr))
 	d.noErr("Push", refErr, sutErr)
 	d.sameResult(s, fmt.Sprintf("Push(gen %d, %v)", gen, period), rr, sr, 0)
@@ -524,7 +525,7 @@ func (d *driver) rollout(s *cmpScope) {
 func (d *driver) admitOne(s *cmpScope) *call {
 	d.next++
 	claim := fmt.Sprintf("claim-%d", d.next)
-	d.admitClaim(context.Background(), s, claim, nil)
+	d.admitClaim(0, s, claim, nil)
 	c := pick(d, d.calls, s, func(c *call) bool { return c.claim == claim && !c.probe })
 	if c != nil {
 		d.calls = remove(d.calls, c)

@@ -41,13 +41,13 @@ func (h *harness) controlErr(op string, n coordinator.Note) (coordinator.Result,
 	ctx := h.t.Context()
 	switch op {
 	case "isolate":
-		return c.Isolate(ctx, h.scope, h.p, n)
+		return c.Isolate(ctx, coordinator.CommandRequest{Scope: h.scope, Policy: h.p, Note: n})
 	case "release":
-		return c.Release(ctx, h.scope, h.p, n)
+		return c.Release(ctx, coordinator.CommandRequest{Scope: h.scope, Policy: h.p, Note: n})
 	case "disable":
-		return c.Disable(ctx, h.scope, h.p, n)
+		return c.Disable(ctx, coordinator.CommandRequest{Scope: h.scope, Policy: h.p, Note: n})
 	case "enable":
-		return c.Enable(ctx, h.scope, h.p, n)
+		return c.Enable(ctx, coordinator.CommandRequest{Scope: h.scope, Policy: h.p, Note: n})
 	}
 	h.t.Fatalf("unknown Controller operation %q", op)
 	return coordinator.Result{}, nil
@@ -440,7 +440,7 @@ func testInvalidNoteIsAnError(t *testing.T, f Factory) {
 	}
 	bad := basePolicy()
 	bad.Buckets = 0
-	_, err := h.controller().Isolate(h.t.Context(), h.scope, bad, outage)
+	_, err := h.controller().Isolate(h.t.Context(), coordinator.CommandRequest{Scope: h.scope, Policy: bad, Note: outage})
 	if !errors.Is(err, coordinator.ErrInvalidPolicy) {
 		t.Errorf("Isolate with Buckets 0: error %v; want one wrapping coordinator.ErrInvalidPolicy", err)
 	}

@@ -133,11 +133,11 @@ func testInvalidPolicyIsAnError(t *testing.T, f Factory) {
 			t.Errorf("%s with Probes 0: error %v; want one wrapping coordinator.ErrInvalidPolicy", op, err)
 		}
 	}
-	_, err := h.c.Admit(ctx, h.scope, bad, "a")
+	_, err := h.c.Admit(ctx, coordinator.AdmitRequest{Scope: h.scope, Policy: bad, Claim: "a"})
 	check("Admit", err)
 	_, err = h.c.Record(ctx, coordinator.RecordRequest{Scope: h.scope, Policy: bad, Outcomes: []coordinator.Outcome{fail(0), fail(0), fail(0), fail(0)}})
 	check("Record", err)
-	_, err = h.c.Settle(ctx, h.scope, bad, "a", fail(0))
+	_, err = h.c.Settle(ctx, coordinator.SettleRequest{Scope: h.scope, Policy: bad, Claim: "a", Outcome: fail(0)})
 	check("Settle", err)
 	_, err = h.c.Snapshot(ctx, h.scope, bad)
 	check("Snapshot", err)

@@ -1,7 +1,6 @@
 package coordinatortest
 
 import (
-	"context"
 	"fmt"
 	"reflect"
 	"testing"
@@ -78,12 +77,13 @@ func (h *harness) next(prev uint64) uint64 { return coordinator.NextGeneration(p
 
 func (h *harness) admit(claim string) coordinator.Decision {
 	h.t.Helper()
-	return h.admitCtx(h.t.Context(), claim)
+	return h.admitSeen(0, claim)
 }
 
-func (h *harness) admitCtx(ctx context.Context, claim string) coordinator.Decision {
+// admitSeen admits for a caller that has seen generation seen.
+func (h *harness) admitSeen(seen uint64, claim string) coordinator.Decision {
 	h.t.Helper()
-	d, err := h.c.Admit(ctx, h.scope, h.p, claim)
+	d, err := h.c.Admit(h.t.Context(), coordinator.AdmitRequest{Scope: h.scope, Policy: h.p, Claim: claim, Seen: seen})
 	if err != nil {
 		h.t.Fatalf("Admit(%.40q, claim %q): %v", h.scope, claim, err)
 	}
@@ -92,25 +92,20 @@ func (h *harness) admitCtx(ctx context.Context, claim string) coordinator.Decisi
 
 func (h *harness) record(outcomes ...coordinator.Outcome) coordinator.Result {
 	h.t.Helper()
-	return h.recordCtx(h.t.Context(), outcomes...)
-}
-
-func (h *harness) recordCtx(ctx context.Context, outcomes ...coordinator.Outcome) coordinator.Result {
-	h.t.Helper()
-	return h.send(ctx, coordinator.RecordRequest{Outcomes: outcomes})
+	return h.send(coordinator.RecordRequest{Outcomes: outcomes})
 }
 
 // recordBatch records outcomes as the batch of ID id.
 func (h *harness) recordBatch(id string, outcomes ...coordinator.Outcome) coordinator.Result {
 	h.t.Helper()
-	return h.send(h.t.Context(), coordinator.RecordRequest{Outcomes: outcomes, BatchID: id})
+	return h.send(coordinator.RecordRequest{Outcomes: outcomes, BatchID: id})
 }
 
 // send makes the Record q, of the harness's scope, policy and replica.
-func (h *harness) send(ctx context.Context, q coordinator.RecordRequest) coordinator.Result {
+func (h *harness) send(q coordinator.RecordRequest) coordinator.Result {
 	h.t.Helper()
 	q.Scope, q.Policy, q.Replica = h.scope, h.p, h.replica
-	res, err := h.c.Record(ctx, q)
+	res, err := h.c.Record(h.t.Context(), q)
 	if err != nil {
 		h.t.Fatalf("Record(%.40q, %+v): %v", h.scope, q, err)
 	}
@@ -126,7 +121,7 @@ func (h *harness) as(replica string) *harness {
 
 func (h *harness) settle(claim string, o coordinator.Outcome) coordinator.Result {
 	h.t.Helper()
-	res, err := h.c.Settle(h.t.Context(), h.scope, h.p, claim, o)
+	res, err := h.c.Settle(h.t.Context(), coordinator.SettleRequest{Scope: h.scope, Policy: h.p, Claim: claim, Outcome: o})
 	if err != nil {
 		h.t.Fatalf("Settle(%.40q, claim %q, %+v): %v", h.scope, claim, o, err)
 	}

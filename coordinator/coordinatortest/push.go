@@ -26,7 +26,7 @@ func (h *harness) pusher() coordinator.Pusher {
 
 func (h *harness) push(gen uint64, period time.Duration, reason string) coordinator.Result {
 	h.t.Helper()
-	res, err := h.pusher().Push(h.t.Context(), h.scope, h.p, gen, period, reason)
+	res, err := h.pusher().Push(h.t.Context(), coordinator.PushRequest{Scope: h.scope, Policy: h.p, Generation: gen, Period: period, Reason: reason})
 	if err != nil {
 		h.t.Fatalf("Push(%.40q, gen %d, %v): %v", h.scope, gen, period, err)
 	}
@@ -201,7 +201,7 @@ func testPushAfterAnOpenIsFenced(t *testing.T, f Factory) {
 func testPushNeedsAReason(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	gen := h.closedGen()
-	if _, err := h.pusher().Push(t.Context(), h.scope, h.p, gen, time.Second, ""); !errors.Is(err, coordinator.ErrInvalidNote) {
+	if _, err := h.pusher().Push(t.Context(), coordinator.PushRequest{Scope: h.scope, Policy: h.p, Generation: gen, Period: time.Second, Reason: ""}); !errors.Is(err, coordinator.ErrInvalidNote) {
 		t.Errorf("Push with no reason: %v; want an error wrapping ErrInvalidNote", err)
 	}
 	h.wantState("after a refused push", closed, gen)

@@ -79,6 +79,8 @@ var rules = []struct {
 	{"ProbeAboveStoredGivesBirthAndIsStale", testProbeAboveStoredGivesBirthAndIsStale},
 	{"SeenOnNotBornScope", testSeenOnNotBornScope},
 	{"SeenAtOrBelowStoredChangesNothing", testSeenAtOrBelowStoredChangesNothing},
+	{"SeenOnRecordGivesBirth", testSeenOnRecordGivesBirth},
+	{"SeenOnPushGivesBirth", testSeenOnPushGivesBirth},
 	// lasttrip.go
 	{"SnapshotKeepsTheLastTrip", testSnapshotKeepsTheLastTrip},
 	// counts.go

@@ -63,22 +63,37 @@ func testEmptyScopeIsRefused(t *testing.T, f Factory) {
 		do   func() error
 	}
 	ops := []op{
-		{"Admit", func() error { _, err := h.c.Admit(ctx, "", p, "claim"); return err }},
+		{"Admit", func() error {
+			_, err := h.c.Admit(ctx, coordinator.AdmitRequest{Scope: "", Policy: p, Claim: "claim"})
+			return err
+		}},
 		{"Record", func() error {
 			_, err := h.c.Record(ctx, coordinator.RecordRequest{Scope: "", Policy: p, Outcomes: []coordinator.Outcome{{Generation: 1, Failure: true}}})
 			return err
 		}},
 		{"Settle", func() error {
-			_, err := h.c.Settle(ctx, "", p, "claim", coordinator.Outcome{Generation: 1})
+			_, err := h.c.Settle(ctx, coordinator.SettleRequest{Scope: "", Policy: p, Claim: "claim", Outcome: coordinator.Outcome{Generation: 1}})
 			return err
 		}},
 	}
 	if c, ok := h.c.(coordinator.Controller); ok {
 		ops = append(ops,
-			op{"Isolate", func() error { _, err := c.Isolate(ctx, "", p, n); return err }},
-			op{"Release", func() error { _, err := c.Release(ctx, "", p, n); return err }},
-			op{"Disable", func() error { _, err := c.Disable(ctx, "", p, n); return err }},
-			op{"Enable", func() error { _, err := c.Enable(ctx, "", p, n); return err }},
+			op{"Isolate", func() error {
+				_, err := c.Isolate(ctx, coordinator.CommandRequest{Scope: "", Policy: p, Note: n})
+				return err
+			}},
+			op{"Release", func() error {
+				_, err := c.Release(ctx, coordinator.CommandRequest{Scope: "", Policy: p, Note: n})
+				return err
+			}},
+			op{"Disable", func() error {
+				_, err := c.Disable(ctx, coordinator.CommandRequest{Scope: "", Policy: p, Note: n})
+				return err
+			}},
+			op{"Enable", func() error {
+				_, err := c.Enable(ctx, coordinator.CommandRequest{Scope: "", Policy: p, Note: n})
+				return err
+			}},
 			op{"SetOverride", func() error {
 				_, err := c.SetOverride(ctx, coordinator.ScopeTarget(""), coordinator.Override{"MinCalls": "5"}, n)
 				return err
@@ -86,7 +101,10 @@ func testEmptyScopeIsRefused(t *testing.T, f Factory) {
 			op{"ResetOverride", func() error { _, err := c.ResetOverride(ctx, coordinator.ScopeTarget(""), n); return err }})
 	}
 	if c, ok := h.c.(coordinator.Pusher); ok {
-		ops = append(ops, op{"Push", func() error { _, err := c.Push(ctx, "", p, 1, time.Second, "overloaded"); return err }})
+		ops = append(ops, op{"Push", func() error {
+			_, err := c.Push(ctx, coordinator.PushRequest{Scope: "", Policy: p, Generation: 1, Period: time.Second, Reason: "overloaded"})
+			return err
+		}})
 	}
 	for _, o := range ops {
 		if err := o.do(); !errors.Is(err, coordinator.ErrInvalidScope) {

@@ -7,7 +7,7 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
-// Rule 4, lost state (coordinator.WithSeen): a write from a caller that
+// Rule 4, lost state (the Seen field of every request): a write from a caller that
 // has seen a generation above the stored one proves that the coordinator
 // lost state it had acknowledged (a failover that rolled its data back).
 // The scope is born again above what the caller saw: nothing stored
@@ -24,7 +24,7 @@ func testSeenAboveStoredGivesBirth(t *testing.T, f Factory) {
 	h.record(fail(gen), ok(gen))
 	seen := gen + 5
 	h.advance(3 * time.Millisecond)
-	d := h.admitCtx(coordinator.WithSeen(t.Context(), seen), "after a rollback")
+	d := h.admitSeen(seen, "after a rollback")
 	h.wantDecision("admitted by a caller that saw a later generation", d, allow, closed, h.next(seen))
 	h.wantNoTransition("a birth", d.Transition)
 	if s := h.wantState("born again", closed, h.next(seen)); s.Calls != 0 || s.Failures != 0 || s.ConsecutiveFailures != 0 {
@@ -41,7 +41,7 @@ func testSeenAboveOpenStateGivesBirth(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	gen := h.trip()
 	h.wantRejected("open", h.admit("before"), open, gen, h.p.OpenFor)
-	d := h.admitCtx(coordinator.WithSeen(t.Context(), gen+2), "after a rollback")
+	d := h.admitSeen(gen+2, "after a rollback")
 	h.wantDecision("admitted by a caller that saw a later generation", d, allow, closed, h.next(gen+2))
 	if s := h.snapshot(); s.OpenUntil != (time.Time{}) || s.OpenedAt != (time.Time{}) {
 		t.Errorf("snapshot %+v; want no open period after the birth", s)
@@ -50,7 +50,7 @@ func testSeenAboveOpenStateGivesBirth(t *testing.T, f Factory) {
 
 // testOutcomeAboveStoredGivesBirthAndIsStale: outcomes carry the
 // generation they were admitted under, which the coordinator minted; one
-// above the stored generation is proof of a loss, without WithSeen.
+// above the stored generation is proof of a loss, without a Seen field.
 func testOutcomeAboveStoredGivesBirthAndIsStale(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	gen := h.closedGen()
@@ -64,16 +64,34 @@ func testOutcomeAboveStoredGivesBirthAndIsStale(t *testing.T, f Factory) {
 }
 
 // testProbeAboveStoredGivesBirthAndIsStale: a probe settled with a
-// generation above the half-open one; the half-open period and its leases
-// are lost with the rest.
+// generation above the half-open one, or by a caller that saw one (the
+// request's Seen); the half-open period and its leases are lost with the
+// rest.
 func testProbeAboveStoredGivesBirthAndIsStale(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
-	gen := h.halfOpen("a")
-	res := h.settle("a", ok(gen+1))
-	h.wantResult("probe of a generation the coordinator lost", res, closed, h.next(gen+1), 1)
-	h.wantNoTransition("probe of a generation the coordinator lost", res.Transition)
-	if s := h.snapshot(); s.ProbesInFlight != 0 || s.ProbeSuccesses != 0 {
-		t.Errorf("snapshot %+v; want no probe left after the birth", s)
+	for _, c := range []struct {
+		what         string
+		ahead, above uint64 // the probe's generation and Seen, above the half-open one
+	}{
+		{"probe of a generation the coordinator lost", 1, 0},
+		{"probe settled by a caller that saw a later generation", 0, 3},
+	} {
+		h := h.on(c.what)
+		gen := h.halfOpen("a")
+		q := coordinator.SettleRequest{Scope: h.scope, Policy: h.p, Claim: "a", Outcome: ok(gen + c.ahead)}
+		if c.above != 0 {
+			q.Seen = gen + c.above
+		}
+		res, err := h.c.Settle(t.Context(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost := max(gen+c.ahead, q.Seen)
+		h.wantResult(c.what, res, closed, h.next(lost), 1)
+		h.wantNoTransition(c.what, res.Transition)
+		if s := h.snapshot(); s.ProbesInFlight != 0 || s.ProbeSuccesses != 0 {
+			t.Errorf("%s: snapshot %+v; want no probe left after the birth", c.what, s)
+		}
 	}
 }
 
@@ -86,7 +104,7 @@ func testSeenOnNotBornScope(t *testing.T, f Factory) {
 	h.forget(h.now())
 	h.wantNotBorn("a window later")
 	seen := h.next(gen) + 7 // above what a birth at this time would mint
-	d := h.admitCtx(coordinator.WithSeen(t.Context(), seen), "a")
+	d := h.admitSeen(seen, "a")
 	h.wantDecision("born by a caller that saw a later generation", d, allow, closed, h.next(seen))
 
 	if _, ok := h.c.(coordinator.Controller); !ok {
@@ -94,8 +112,7 @@ func testSeenOnNotBornScope(t *testing.T, f Factory) {
 	}
 	h = h.on("seen-then-isolated")
 	seen = h.next(0) + 3
-	ctx := coordinator.WithSeen(t.Context(), seen)
-	res, err := h.controller().Isolate(ctx, h.scope, h.p, coordinator.Note{By: "alice", Reason: "rolled back"})
+	res, err := h.controller().Isolate(t.Context(), coordinator.CommandRequest{Scope: h.scope, Policy: h.p, Note: coordinator.Note{By: "alice", Reason: "rolled back"}, Seen: seen})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,12 +128,44 @@ func testSeenAtOrBelowStoredChangesNothing(t *testing.T, f Factory) {
 	gen := h.closedGen()
 	h.record(fail(gen))
 	for _, seen := range []uint64{0, gen - 1, gen} {
-		d := h.admitCtx(coordinator.WithSeen(t.Context(), seen), "same")
+		d := h.admitSeen(seen, "same")
 		h.wantDecision("seen at or below the stored generation", d, allow, closed, gen)
 	}
 	if s := h.wantState("unchanged", closed, gen); s.Failures != 1 {
 		t.Errorf("snapshot %+v; want the failure still counted", s)
 	}
 	tripped := h.trip()
-	h.wantRejected("open, seen the closed generation", h.admitCtx(coordinator.WithSeen(t.Context(), gen), "x"), open, tripped, h.p.OpenFor)
+	h.wantRejected("open, seen the closed generation", h.admitSeen(gen, "x"), open, tripped, h.p.OpenFor)
+}
+
+// testSeenOnRecordGivesBirth: Record honours its request's Seen, not only
+// the generations of its outcomes: outcomes of the generation the store
+// rolled back to are stale once the caller says it saw a later one.
+func testSeenOnRecordGivesBirth(t *testing.T, f Factory) {
+	h := newHarness(t, f, basePolicy())
+	gen := h.closedGen()
+	seen := gen + 5
+	h.advance(3 * time.Millisecond)
+	res := h.send(coordinator.RecordRequest{Outcomes: []coordinator.Outcome{fail(gen), fail(gen)}, Seen: seen})
+	h.wantResult("a Record from a caller that saw a later generation", res, closed, h.next(seen), 2)
+	h.wantNoTransition("a birth", res.Transition)
+	if s := h.wantState("born again", closed, h.next(seen)); s.Calls != 0 {
+		t.Errorf("snapshot %+v; want nothing counted", s)
+	}
+}
+
+// testSeenOnPushGivesBirth: Push honours its request's Seen: the
+// generation the pushed-back call was admitted under is of the lost
+// state, so the push is stale in the scope born above what was seen.
+func testSeenOnPushGivesBirth(t *testing.T, f Factory) {
+	h := newHarness(t, f, basePolicy())
+	p := h.pusher()
+	gen := h.closedGen()
+	seen := gen + 4
+	res, err := p.Push(t.Context(), coordinator.PushRequest{Scope: h.scope, Policy: h.p, Generation: gen, Period: time.Second, Reason: "server pushback", Seen: seen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.wantResult("a push from a caller that saw a later generation", res, closed, h.next(seen), 1)
+	h.wantNoTransition("a stale push", res.Transition)
 }

@@ -29,7 +29,7 @@ func seen(p coordinator.Policy, source coordinator.PolicySource, at time.Time) c
 // recordFrom records outcomes under the harness's policy, from source.
 func (h *harness) recordFrom(source coordinator.PolicySource, outcomes ...coordinator.Outcome) coordinator.Result {
 	h.t.Helper()
-	return h.send(h.t.Context(), coordinator.RecordRequest{Outcomes: outcomes, Source: source})
+	return h.send(coordinator.RecordRequest{Outcomes: outcomes, Source: source})
 }
 
 // wantPolicies checks the policies a Snapshot lists, times by instant.

@@ -23,7 +23,7 @@ func TestHalfOpenConcurrentCallersNeverHoldMoreThanProbes(t *testing.T) {
 	}
 	c, clk := onFakeClock()
 	ctx := context.Background()
-	d, err := c.Admit(ctx, "busy", p, "first")
+	d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "busy", Policy: p, Claim: "first"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestHalfOpenConcurrentCallersNeverHoldMoreThanProbes(t *testing.T) {
 		wg.Go(func() {
 			for i := range 200 {
 				claim := fmt.Sprintf("g%d-%d", g, i)
-				d, err := c.Admit(ctx, "busy", p, claim)
+				d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "busy", Policy: p, Claim: claim})
 				if err != nil {
 					t.Error(err)
 					return
@@ -56,7 +56,7 @@ func TestHalfOpenConcurrentCallersNeverHoldMoreThanProbes(t *testing.T) {
 					t.Errorf("snapshot %+v, %v: more probes in flight than %d", s, err, p.Probes)
 				}
 				holding.Add(-1)
-				if _, err := c.Settle(ctx, "busy", p, claim, coordinator.Outcome{Generation: d.Generation}); err != nil {
+				if _, err := c.Settle(ctx, coordinator.SettleRequest{Scope: "busy", Policy: p, Claim: claim, Outcome: coordinator.Outcome{Generation: d.Generation}}); err != nil {
 					t.Error(err)
 				}
 			}

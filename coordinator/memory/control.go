@@ -10,34 +10,34 @@ import (
 var _ coordinator.Controller = (*Coordinator)(nil)
 
 // Isolate implements [coordinator.Controller].
-func (c *Coordinator) Isolate(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
-	return c.control(ctx, "isolate", scope, p, n)
+func (c *Coordinator) Isolate(ctx context.Context, q coordinator.CommandRequest) (coordinator.Result, error) {
+	return c.control(ctx, "isolate", q)
 }
 
 // Release implements [coordinator.Controller].
-func (c *Coordinator) Release(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
-	return c.control(ctx, "release", scope, p, n)
+func (c *Coordinator) Release(ctx context.Context, q coordinator.CommandRequest) (coordinator.Result, error) {
+	return c.control(ctx, "release", q)
 }
 
 // Disable implements [coordinator.Controller].
-func (c *Coordinator) Disable(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
-	return c.control(ctx, "disable", scope, p, n)
+func (c *Coordinator) Disable(ctx context.Context, q coordinator.CommandRequest) (coordinator.Result, error) {
+	return c.control(ctx, "disable", q)
 }
 
 // Enable implements [coordinator.Controller].
-func (c *Coordinator) Enable(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
-	return c.control(ctx, "enable", scope, p, n)
+func (c *Coordinator) Enable(ctx context.Context, q coordinator.CommandRequest) (coordinator.Result, error) {
+	return c.control(ctx, "enable", q)
 }
 
-func (c *Coordinator) control(ctx context.Context, op, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
-	if err := n.Validate(op); err != nil {
-		return coordinator.Result{}, fmt.Errorf("memory coordinator: %s %q: %w", op, scope, err)
+func (c *Coordinator) control(ctx context.Context, op string, q coordinator.CommandRequest) (coordinator.Result, error) {
+	if err := q.Note.Validate(op); err != nil {
+		return coordinator.Result{}, fmt.Errorf("memory coordinator: %s %q: %w", op, q.Scope, err)
 	}
 	var res coordinator.Result
-	err := c.op(ctx, op, scope, p, coordinator.Seen(ctx), func(b *breaker, r *rules, now int64) *coordinator.Transition {
-		t := b.control(r, now, op, n)
+	err := c.op(ctx, op, q.Scope, q.Policy, coordinator.Seen(q.Seen), func(b *breaker, r *rules, now int64) *coordinator.Transition {
+		t := b.control(r, now, op, q.Note)
 		res = b.result(r, now, 0, t)
-		res.PolicyVersion = c.policyVersion(scope)
+		res.PolicyVersion = c.policyVersion(q.Scope)
 		return t
 	})
 	return res, err

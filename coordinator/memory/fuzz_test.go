@@ -33,7 +33,7 @@ var fuzzPolicies = []coordinator.Policy{
 //     a scope never used, or to one forgotten (closed, with no outcome for
 //     a whole window), which reads as not born, exactly from when its last
 //     bucket leaves, until then; or a write that carries a generation
-//     above the stored one, as after a rollback (coordinator.WithSeen);
+//     above the stored one, as after a rollback (AdmitRequest.Seen);
 //   - no more live probe leases than Probes, by Snapshot and by the
 //     distinct claims holding a Probe verdict;
 //   - an open breaker admits nothing before its open period ends, and that
@@ -157,12 +157,12 @@ func (m *fuzzModel) step(op, arg byte) {
 		return
 	case 1:
 		m.claims = append(m.claims, fmt.Sprintf("c%d", len(m.claims)))
-		m.admit(ctx, m.claims[len(m.claims)-1])
+		m.admit(ctx, 0, m.claims[len(m.claims)-1])
 	case 2:
 		if len(m.claims) == 0 {
 			return
 		}
-		m.admit(ctx, m.claims[int(arg)%len(m.claims)])
+		m.admit(ctx, 0, m.claims[int(arg)%len(m.claims)])
 	case 3, 6:
 		var outcomes []coordinator.Outcome
 		for i := range 1 + int(arg%4) {
@@ -199,7 +199,7 @@ func (m *fuzzModel) step(op, arg byte) {
 		// A caller that has seen the stored generation, or one above it
 		// (after a rollback).
 		m.claims = append(m.claims, fmt.Sprintf("c%d", len(m.claims)))
-		m.admit(coordinator.WithSeen(ctx, m.gen+uint64(arg%3)), m.claims[len(m.claims)-1])
+		m.admit(ctx, m.gen+uint64(arg%3), m.claims[len(m.claims)-1])
 	}
 	s, err := m.c.Snapshot(ctx, "fuzz", m.p)
 	if err != nil {
@@ -221,11 +221,11 @@ func (m *fuzzModel) step(op, arg byte) {
 	}
 }
 
-func (m *fuzzModel) admit(ctx context.Context, claim string) {
+func (m *fuzzModel) admit(ctx context.Context, seen uint64, claim string) {
 	m.t.Helper()
-	m.write(coordinator.Seen(ctx))
+	m.write(coordinator.Seen(seen))
 	liveBefore, held := m.live(), m.leases[claim] > m.now()
-	d, err := m.c.Admit(ctx, "fuzz", m.p, claim)
+	d, err := m.c.Admit(ctx, coordinator.AdmitRequest{Scope: "fuzz", Policy: m.p, Claim: claim, Seen: seen})
 	m.note("admit %s -> %v %v gen %d retry %v", claim, d.Verdict, d.State, d.Generation, d.RetryAfter)
 	if err != nil {
 		m.failf("Admit: %v", err)
@@ -267,7 +267,7 @@ func (m *fuzzModel) admit(ctx context.Context, claim string) {
 
 func (m *fuzzModel) record(ctx context.Context, batch string, outcomes []coordinator.Outcome) {
 	m.t.Helper()
-	m.write(coordinator.Seen(ctx, outcomes...))
+	m.write(coordinator.Seen(0, outcomes...))
 	res, err := m.c.Record(ctx, coordinator.RecordRequest{Scope: "fuzz", Policy: m.p, Outcomes: outcomes, BatchID: batch})
 	m.note("record %v -> %+v", outcomes, res)
 	if err != nil {
@@ -296,7 +296,7 @@ func (m *fuzzModel) settle(claim string, o coordinator.Outcome) {
 	m.t.Helper()
 	m.write(o.Generation)
 	counts := m.state == coordinator.StateHalfOpen && o.Generation == m.gen && m.leases[claim] > m.now()
-	res, err := m.c.Settle(context.Background(), "fuzz", m.p, claim, o)
+	res, err := m.c.Settle(context.Background(), coordinator.SettleRequest{Scope: "fuzz", Policy: m.p, Claim: claim, Outcome: o})
 	m.note("settle %s %+v -> %+v", claim, o, res)
 	if err != nil {
 		m.failf("Settle: %v", err)

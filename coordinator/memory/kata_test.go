@@ -27,7 +27,7 @@ func TestKata(t *testing.T) {
 	allow := func(sec int, claim string) coordinator.Decision {
 		t.Helper()
 		at(sec)
-		d, err := c.Admit(ctx, scope, p, claim)
+		d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: claim})
 		if err != nil {
 			t.Fatalf("allow(%d): %v", sec, err)
 		}
@@ -57,7 +57,7 @@ func TestKata(t *testing.T) {
 	recordTrial := func(sec int, claim string, trial coordinator.Decision, failure bool) coordinator.Result {
 		t.Helper()
 		at(sec)
-		res, err := c.Settle(ctx, scope, p, claim, coordinator.Outcome{Generation: trial.Generation, Failure: failure})
+		res, err := c.Settle(ctx, coordinator.SettleRequest{Scope: scope, Policy: p, Claim: claim, Outcome: coordinator.Outcome{Generation: trial.Generation, Failure: failure}})
 		if err != nil {
 			t.Fatalf("record(%v, %d): %v", !failure, sec, err)
 		}

@@ -22,7 +22,7 @@ func TestList(t *testing.T) {
 		t.Helper()
 		var outcomes []coordinator.Outcome
 		for _, f := range failures {
-			d, err := c.Admit(ctx, scope, p, "")
+			d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: ""})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -33,12 +33,12 @@ func TestList(t *testing.T) {
 		}
 	}
 	record("forgotten", false)
-	c.Isolate(ctx, "isolation-ended", p, coordinator.Note{Reason: "a moment", For: time.Millisecond})
+	c.Isolate(ctx, coordinator.CommandRequest{Scope: "isolation-ended", Policy: p, Note: coordinator.Note{Reason: "a moment", For: time.Millisecond}})
 	clk.Advance(p.Window)
 	record("b-closed", false, true)
 	record("c-open", true, true)
-	c.Isolate(ctx, "a-isolated", p, note)
-	c.Disable(ctx, "d-disabled", p, note)
+	c.Isolate(ctx, coordinator.CommandRequest{Scope: "a-isolated", Policy: p, Note: note})
+	c.Disable(ctx, coordinator.CommandRequest{Scope: "d-disabled", Policy: p, Note: note})
 	list, err := c.List(ctx, p)
 	if err != nil {
 		t.Fatal(err)

@@ -64,7 +64,7 @@ var _ coordinator.Coordinator = (*Coordinator)(nil)
 // and publishes the transitions it makes. Every operation but Snapshot
 // writes: it gives birth to a scope that is not born, or whose generation
 // lies below seen, what the caller has seen of it (rule 4 of the contract,
-// [coordinator.NextGeneration], [coordinator.WithSeen]), and ends an
+// [coordinator.NextGeneration], [coordinator.Seen]), and ends an
 // isolation whose time has passed, before f runs. That lapse is reported
 // by the operation unless f reports a transition of its own (see
 // breaker.report).
@@ -141,11 +141,11 @@ func (c *Coordinator) sweep(r *rules, now int64) {
 }
 
 // Admit implements [coordinator.Coordinator].
-func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
+func (c *Coordinator) Admit(ctx context.Context, q coordinator.AdmitRequest) (coordinator.Decision, error) {
 	var d coordinator.Decision
-	err := c.op(ctx, "admit", scope, p, coordinator.Seen(ctx), func(b *breaker, r *rules, now int64) *coordinator.Transition {
-		d = b.admit(r, now, claim)
-		d.PolicyVersion = c.policyVersion(scope)
+	err := c.op(ctx, "admit", q.Scope, q.Policy, coordinator.Seen(q.Seen), func(b *breaker, r *rules, now int64) *coordinator.Transition {
+		d = b.admit(r, now, q.Claim)
+		d.PolicyVersion = c.policyVersion(q.Scope)
 		return d.Transition
 	})
 	return d, err
@@ -155,7 +155,7 @@ func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Pol
 func (c *Coordinator) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
 	var res coordinator.Result
 	fp := q.Policy.Fingerprint()
-	err := c.op(ctx, "record", q.Scope, q.Policy, coordinator.Seen(ctx, q.Outcomes...), func(b *breaker, r *rules, now int64) *coordinator.Transition {
+	err := c.op(ctx, "record", q.Scope, q.Policy, coordinator.Seen(q.Seen, q.Outcomes...), func(b *breaker, r *rules, now int64) *coordinator.Transition {
 		b.carry(r, now, fp, q.Source)
 		res = b.record(r, now, q)
 		res.PolicyVersion = c.policyVersion(q.Scope)
@@ -165,11 +165,11 @@ func (c *Coordinator) Record(ctx context.Context, q coordinator.RecordRequest) (
 }
 
 // Settle implements [coordinator.Coordinator].
-func (c *Coordinator) Settle(ctx context.Context, scope string, p coordinator.Policy, claim string, o coordinator.Outcome) (coordinator.Result, error) {
+func (c *Coordinator) Settle(ctx context.Context, q coordinator.SettleRequest) (coordinator.Result, error) {
 	var res coordinator.Result
-	err := c.op(ctx, "settle", scope, p, coordinator.Seen(ctx, o), func(b *breaker, r *rules, now int64) *coordinator.Transition {
-		res = b.settle(r, now, claim, o)
-		res.PolicyVersion = c.policyVersion(scope)
+	err := c.op(ctx, "settle", q.Scope, q.Policy, coordinator.Seen(q.Seen, q.Outcome), func(b *breaker, r *rules, now int64) *coordinator.Transition {
+		res = b.settle(r, now, q.Claim, q.Outcome)
+		res.PolicyVersion = c.policyVersion(q.Scope)
 		return res.Transition
 	})
 	return res, err

@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
@@ -11,14 +10,14 @@ import (
 var _ coordinator.Pusher = (*Coordinator)(nil)
 
 // Push implements [coordinator.Pusher].
-func (c *Coordinator) Push(ctx context.Context, scope string, p coordinator.Policy, gen uint64, period time.Duration, reason string) (coordinator.Result, error) {
-	if err := coordinator.CheckPushReason(reason); err != nil {
-		return coordinator.Result{}, fmt.Errorf("memory coordinator: push %q: %w", scope, err)
+func (c *Coordinator) Push(ctx context.Context, q coordinator.PushRequest) (coordinator.Result, error) {
+	if err := coordinator.CheckPushReason(q.Reason); err != nil {
+		return coordinator.Result{}, fmt.Errorf("memory coordinator: push %q: %w", q.Scope, err)
 	}
 	var res coordinator.Result
-	err := c.op(ctx, "push", scope, p, coordinator.Seen(ctx, coordinator.Outcome{Generation: gen}), func(b *breaker, r *rules, now int64) *coordinator.Transition {
-		res = b.push(r, now, gen, coordinator.PushPeriod(p, period).Milliseconds(), reason)
-		res.PolicyVersion = c.policyVersion(scope)
+	err := c.op(ctx, "push", q.Scope, q.Policy, coordinator.Seen(q.Seen, coordinator.Outcome{Generation: q.Generation}), func(b *breaker, r *rules, now int64) *coordinator.Transition {
+		res = b.push(r, now, q.Generation, coordinator.PushPeriod(q.Policy, q.Period).Milliseconds(), q.Reason)
+		res.PolicyVersion = c.policyVersion(q.Scope)
 		return res.Transition
 	})
 	return res, err

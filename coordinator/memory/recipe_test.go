@@ -50,7 +50,7 @@ func (r *recipeBreaker) record(failures ...bool) coordinator.Result {
 
 func (r *recipeBreaker) admit(claim string) coordinator.Decision {
 	r.t.Helper()
-	d, err := r.c.Admit(context.Background(), "recipe", recipe(), claim)
+	d, err := r.c.Admit(context.Background(), coordinator.AdmitRequest{Scope: "recipe", Policy: recipe(), Claim: claim})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func (r *recipeBreaker) admit(claim string) coordinator.Decision {
 
 func (r *recipeBreaker) settle(claim string, d coordinator.Decision, failure bool) coordinator.Result {
 	r.t.Helper()
-	res, err := r.c.Settle(context.Background(), "recipe", recipe(), claim, coordinator.Outcome{Generation: d.Generation, Failure: failure})
+	res, err := r.c.Settle(context.Background(), coordinator.SettleRequest{Scope: "recipe", Policy: recipe(), Claim: claim, Outcome: coordinator.Outcome{Generation: d.Generation, Failure: failure}})
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -24,8 +24,8 @@ func TestForgottenScopeIsBornAboveBorrowedGenerations(t *testing.T) {
 	var last coordinator.Result
 	var err error
 	for range 600 {
-		if _, err = c.Isolate(ctx, "flapping", p, note); err == nil {
-			last, err = c.Release(ctx, "flapping", p, note)
+		if _, err = c.Isolate(ctx, coordinator.CommandRequest{Scope: "flapping", Policy: p, Note: note}); err == nil {
+			last, err = c.Release(ctx, coordinator.CommandRequest{Scope: "flapping", Policy: p, Note: note})
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -37,14 +37,14 @@ func TestForgottenScopeIsBornAboveBorrowedGenerations(t *testing.T) {
 	clk.Advance(time.Millisecond)
 	// Operations on other scopes give the coordinator the occasion to sweep.
 	for _, scope := range []string{"a", "b", "c"} {
-		if _, err := c.Admit(ctx, scope, p, ""); err != nil {
+		if _, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: ""}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if s, _ := c.Snapshot(ctx, "flapping", p); !reflect.DeepEqual(s, coordinator.Snapshot{Scope: "flapping"}) {
 		t.Fatalf("snapshot a window after the last release: %+v; want a forgotten scope", s)
 	}
-	d, err := c.Admit(ctx, "flapping", p, "")
+	d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "flapping", Policy: p, Claim: ""})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,13 +62,13 @@ func TestIdleScopesAreForgottenAtATrickle(t *testing.T) {
 	p := coordinator.DefaultPolicy()
 	const idle = 1000
 	for i := range idle {
-		if _, err := c.Admit(ctx, fmt.Sprint("idle/", i), p, ""); err != nil {
+		if _, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: fmt.Sprint("idle/", i), Policy: p, Claim: ""}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for range 3 * p.Buckets {
 		clk.Advance(p.BucketWidth())
-		if _, err := c.Admit(ctx, "trickle", p, ""); err != nil {
+		if _, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "trickle", Policy: p, Claim: ""}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -98,7 +98,7 @@ func BenchmarkIdleScopesMemory(b *testing.B) {
 		c, clk := onFakeClock()
 		for i := range 100_000 {
 			scope := fmt.Sprint("idle/", i)
-			d, err := c.Admit(ctx, scope, p, "")
+			d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: ""})
 			if err == nil {
 				_, err = c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Replica: "replica-1", BatchID: scope,
 					Outcomes: []coordinator.Outcome{{Generation: d.Generation, Failure: true, Duration: time.Millisecond}}})
@@ -110,7 +110,7 @@ func BenchmarkIdleScopesMemory(b *testing.B) {
 		peak = heap() - base
 		for range 6 * p.Buckets {
 			clk.Advance(p.BucketWidth())
-			if _, err := c.Admit(ctx, "trickle", p, ""); err != nil {
+			if _, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "trickle", Policy: p, Claim: ""}); err != nil {
 				b.Fatal(err)
 			}
 		}

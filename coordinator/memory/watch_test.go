@@ -21,13 +21,13 @@ var flapPolicy = coordinator.Policy{Window: time.Second, Buckets: 10, Consecutiv
 func flap(t *testing.T, c *memory.Coordinator, clk *coordinatortest.Clock, scope string) {
 	t.Helper()
 	ctx := context.Background()
-	d, _ := c.Admit(ctx, scope, flapPolicy, "call")
+	d, _ := c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: flapPolicy, Claim: "call"})
 	if r, _ := c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: flapPolicy, Outcomes: []coordinator.Outcome{{Generation: d.Generation, Failure: true}}}); r.Transition == nil {
 		t.Fatalf("no trip: %+v", r)
 	}
 	clk.Advance(time.Millisecond)
-	d, _ = c.Admit(ctx, scope, flapPolicy, "probe")
-	if r, _ := c.Settle(ctx, scope, flapPolicy, "probe", coordinator.Outcome{Generation: d.Generation}); r.Transition == nil {
+	d, _ = c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: flapPolicy, Claim: "probe"})
+	if r, _ := c.Settle(ctx, coordinator.SettleRequest{Scope: scope, Policy: flapPolicy, Claim: "probe", Outcome: coordinator.Outcome{Generation: d.Generation}}); r.Transition == nil {
 		t.Fatalf("probe did not close: %+v", r)
 	}
 }

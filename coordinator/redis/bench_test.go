@@ -87,7 +87,7 @@ func BenchmarkAdmitClosed(b *testing.B) {
 		b.Fatal(err)
 	}
 	measure(b, rdb, func(i int) {
-		if _, err := c.Admit(ctx, "s", p, "claim"); err != nil {
+		if _, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: "claim"}); err != nil {
 			b.Fatal(err)
 		}
 	})
@@ -160,7 +160,7 @@ func BenchmarkAdmitHalfOpen(b *testing.B) {
 	// claims a slot.
 	measure(b, rdb, func(i int) {
 		clock.Advance(p.ProbeLease)
-		if d, err := c.Admit(ctx, "s", p, strconv.Itoa(i)); err != nil || d.Verdict != coordinator.Probe {
+		if d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: strconv.Itoa(i)}); err != nil || d.Verdict != coordinator.Probe {
 			b.Fatal(d, err)
 		}
 	})
@@ -184,7 +184,7 @@ func BenchmarkSettle(b *testing.B) {
 		b.Fatal(err)
 	}
 	measure(b, rdb, func(i int) {
-		if res, err := c.Settle(ctx, "s", p, strconv.Itoa(i), coordinator.Outcome{Generation: gen}); err != nil || res.Stale != 0 {
+		if res, err := c.Settle(ctx, coordinator.SettleRequest{Scope: "s", Policy: p, Claim: strconv.Itoa(i), Outcome: coordinator.Outcome{Generation: gen}}); err != nil || res.Stale != 0 {
 			b.Fatal(res, err)
 		}
 	})
@@ -192,7 +192,7 @@ func BenchmarkSettle(b *testing.B) {
 
 // birth gives birth to scope "s" and returns its generation.
 func birth(b *testing.B, c *Coordinator, p coordinator.Policy) uint64 {
-	d, err := c.Admit(context.Background(), "s", p, "birth")
+	d, err := c.Admit(context.Background(), coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: "birth"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func halfOpen(b *testing.B, c *Coordinator, p coordinator.Policy, clock *coordin
 		b.Fatal(res, err)
 	}
 	clock.Advance(p.OpenFor)
-	d, err := c.Admit(ctx, "s", p, "first")
+	d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: "first"})
 	if err != nil || d.Verdict != coordinator.Probe {
 		b.Fatal(d, err)
 	}

@@ -54,7 +54,7 @@ func TestCluster(t *testing.T) {
 	}
 	for _, scope := range clusterScopes(t, cluster) {
 		t.Run(fmt.Sprintf("%q", scope), func(t *testing.T) {
-			d, err := c.Admit(ctx, scope, p, "born")
+			d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: "born"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,17 +80,17 @@ func TestCluster(t *testing.T) {
 			}
 
 			clock.Advance(p.OpenFor)
-			d, err = c.Admit(ctx, scope, p, "probe")
+			d, err = c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: "probe"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if d.Verdict != coordinator.Probe || d.Transition == nil || d.Transition.To != coordinator.StateHalfOpen {
 				t.Fatalf("Admit after the open period = %+v", d)
 			}
-			if d2, _ := c.Admit(ctx, scope, p, "other"); d2.Verdict != coordinator.Reject {
+			if d2, _ := c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: "other"}); d2.Verdict != coordinator.Reject {
 				t.Fatalf("second claim = %+v, want Reject", d2)
 			}
-			res, err = c.Settle(ctx, scope, p, "probe", coordinator.Outcome{Generation: d.Generation})
+			res, err = c.Settle(ctx, coordinator.SettleRequest{Scope: scope, Policy: p, Claim: "probe", Outcome: coordinator.Outcome{Generation: d.Generation}})
 			if err != nil {
 				t.Fatal(err)
 			}

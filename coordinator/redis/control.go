@@ -15,24 +15,24 @@ var _ coordinator.Controller = (*Coordinator)(nil)
 // Isolate implements [coordinator.Controller]. The isolated state and the
 // operator's note are kept in the scope's state hash, which never expires
 // while isolated.
-func (c *Coordinator) Isolate(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
-	return c.control(ctx, "isolate", scope, p, n)
+func (c *Coordinator) Isolate(ctx context.Context, q coordinator.CommandRequest) (coordinator.Result, error) {
+	return c.control(ctx, "isolate", q)
 }
 
 // Release implements [coordinator.Controller].
-func (c *Coordinator) Release(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
-	return c.control(ctx, "release", scope, p, n)
+func (c *Coordinator) Release(ctx context.Context, q coordinator.CommandRequest) (coordinator.Result, error) {
+	return c.control(ctx, "release", q)
 }
 
 // Disable implements [coordinator.Controller]. The disabled state never
 // expires; its window keeps counting outcomes.
-func (c *Coordinator) Disable(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
-	return c.control(ctx, "disable", scope, p, n)
+func (c *Coordinator) Disable(ctx context.Context, q coordinator.CommandRequest) (coordinator.Result, error) {
+	return c.control(ctx, "disable", q)
 }
 
 // Enable implements [coordinator.Controller].
-func (c *Coordinator) Enable(ctx context.Context, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
-	return c.control(ctx, "enable", scope, p, n)
+func (c *Coordinator) Enable(ctx context.Context, q coordinator.CommandRequest) (coordinator.Result, error) {
+	return c.control(ctx, "enable", q)
 }
 
 // control runs control.lua, one script for the four commands, since they
@@ -40,7 +40,8 @@ func (c *Coordinator) Enable(ctx context.Context, scope string, p coordinator.Po
 // WAIT counts the writes of its own connection, so both run on one
 // connection to the master that holds the scope. A client that cannot
 // give one (a Ring, a wrapper) runs the script without waiting.
-func (c *Coordinator) control(ctx context.Context, op, scope string, p coordinator.Policy, n coordinator.Note) (coordinator.Result, error) {
+func (c *Coordinator) control(ctx context.Context, op string, q coordinator.CommandRequest) (coordinator.Result, error) {
+	scope, p, n := q.Scope, q.Policy, q.Note
 	if err := n.Validate(op); err != nil {
 		return coordinator.Result{}, opError(op, scope, err)
 	}
@@ -50,10 +51,10 @@ func (c *Coordinator) control(ctx context.Context, op, scope string, p coordinat
 		return coordinator.Result{}, opError(op, scope, err)
 	}
 	if conn == nil {
-		return c.result(ctx, c.client, c.scripts.control, op, scope, p, coordinator.Seen(ctx), args...)
+		return c.result(ctx, c.client, c.scripts.control, op, scope, p, coordinator.Seen(q.Seen), args...)
 	}
 	defer conn.Close()
-	res, err := c.result(ctx, conn, c.scripts.control, op, scope, p, coordinator.Seen(ctx), args...)
+	res, err := c.result(ctx, conn, c.scripts.control, op, scope, p, coordinator.Seen(q.Seen), args...)
 	if err != nil {
 		cluster, ok := c.client.(*goredis.ClusterClient)
 		if _, moved := goredis.IsMovedError(err); ok && moved {

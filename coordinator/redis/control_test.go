@@ -41,7 +41,7 @@ func TestManualStatesNeverExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	ttls("closed", false)
-	res, err := c.Disable(ctx, "s", p, note)
+	res, err := c.Disable(ctx, coordinator.CommandRequest{Scope: "s", Policy: p, Note: note})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,15 +50,15 @@ func TestManualStatesNeverExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	ttls("disabled, after Record", true)
-	if _, err := c.Enable(ctx, "s", p, coordinator.Note{}); err != nil {
+	if _, err := c.Enable(ctx, coordinator.CommandRequest{Scope: "s", Policy: p, Note: coordinator.Note{}}); err != nil {
 		t.Fatal(err)
 	}
 	ttls("enabled", false)
-	if _, err := c.Isolate(ctx, "s", p, note); err != nil {
+	if _, err := c.Isolate(ctx, coordinator.CommandRequest{Scope: "s", Policy: p, Note: note}); err != nil {
 		t.Fatal(err)
 	}
 	ttls("isolated", true)
-	res, err = c.Release(ctx, "s", p, coordinator.Note{})
+	res, err = c.Release(ctx, coordinator.CommandRequest{Scope: "s", Policy: p, Note: coordinator.Note{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestLostIsolationRestartsClosed(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	c := cbredis.New(rdb)
 	p := tripPolicy()
-	res, err := c.Isolate(ctx, "s", p, coordinator.Note{Reason: "lost"})
+	res, err := c.Isolate(ctx, coordinator.CommandRequest{Scope: "s", Policy: p, Note: coordinator.Note{Reason: "lost"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestLostIsolationRestartsClosed(t *testing.T) {
 		}
 	}
 	rdb.Del(ctx, stateKey)
-	d, err := c.Admit(ctx, "s", p, "a")
+	d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,14 +124,14 @@ func testList(t *testing.T, rdb goredis.UniversalClient) {
 			t.Fatal(err)
 		}
 	}
-	must(c.Admit(ctx, "forgotten", p, "c"))
+	must(c.Admit(ctx, coordinator.AdmitRequest{Scope: "forgotten", Policy: p, Claim: "c"}))
 	clk.Advance(p.Window)
 	gen := born(t, c, "closed", p)
 	must(c.Record(ctx, coordinator.RecordRequest{Scope: "closed", Policy: p, Outcomes: []coordinator.Outcome{{Generation: gen}, {Generation: gen, Failure: true}}}))
 	must(c.Record(ctx, coordinator.RecordRequest{Scope: "open {x}", Policy: p, Outcomes: failures(born(t, c, "open {x}", p), 2)}))
-	must(c.Isolate(ctx, "isolated", p, note))
-	must(c.Disable(ctx, "disabled", p, note))
-	must(other.Isolate(ctx, "elsewhere", p, note))
+	must(c.Isolate(ctx, coordinator.CommandRequest{Scope: "isolated", Policy: p, Note: note}))
+	must(c.Disable(ctx, coordinator.CommandRequest{Scope: "disabled", Policy: p, Note: note}))
+	must(other.Isolate(ctx, coordinator.CommandRequest{Scope: "elsewhere", Policy: p, Note: note}))
 	var many []string
 	for i := range 50 {
 		s := fmt.Sprintf("svc-%02d/pkg.Service/Method", i)
@@ -185,7 +185,7 @@ func testList(t *testing.T, rdb goredis.UniversalClient) {
 // the state.
 var controlOps = []struct {
 	name string
-	do   func(*cbredis.Coordinator, context.Context, string, coordinator.Policy, coordinator.Note) (coordinator.Result, error)
+	do   func(*cbredis.Coordinator, context.Context, coordinator.CommandRequest) (coordinator.Result, error)
 	note coordinator.Note
 }{
 	{"isolate", (*cbredis.Coordinator).Isolate, coordinator.Note{Reason: "durable"}},
@@ -198,7 +198,7 @@ var controlOps = []struct {
 func isolate(t *testing.T, c *cbredis.Coordinator, scope string) (coordinator.Result, time.Duration) {
 	t.Helper()
 	start := time.Now()
-	res, err := c.Isolate(t.Context(), scope, tripPolicy(), coordinator.Note{Reason: "durable"})
+	res, err := c.Isolate(t.Context(), coordinator.CommandRequest{Scope: scope, Policy: tripPolicy(), Note: coordinator.Note{Reason: "durable"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestControlConfirmedByReplica(t *testing.T) {
 	onReplica := cbredis.New(s.Replica().Client(t))
 	p := tripPolicy()
 	for _, op := range controlOps {
-		res, err := op.do(c, t.Context(), "s", p, op.note)
+		res, err := op.do(c, t.Context(), coordinator.CommandRequest{Scope: "s", Policy: p, Note: op.note})
 		if err != nil {
 			t.Fatalf("%s: %v", op.name, err)
 		}
@@ -332,7 +332,7 @@ func TestControlConfirmedOnCluster(t *testing.T) {
 	cl.FailoverSlotOf(t, key)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		res, err := c.Release(t.Context(), "svc-0", tripPolicy(), coordinator.Note{})
+		res, err := c.Release(t.Context(), coordinator.CommandRequest{Scope: "svc-0", Policy: tripPolicy(), Note: coordinator.Note{}})
 		if err == nil {
 			if res.Replicas != (coordinator.Replication{Wanted: 1, Confirmed: 1}) {
 				t.Errorf("Release after the failover = %+v; want it confirmed by 1 replica of 1", res)

@@ -117,7 +117,7 @@ func TestLostStateRestartsAboveTheWindowLabel(t *testing.T) {
 	if label := loseState(t, rdb); label != res.Generation {
 		t.Fatalf("window label %d; want the open generation %d", label, res.Generation)
 	}
-	d, err := b.Admit(ctx, "s", p, "after")
+	d, err := b.Admit(ctx, coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: "after"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,14 +142,14 @@ func TestForgottenScopeIsBornAboveItsOldGeneration(t *testing.T) {
 
 	// Four generations in one millisecond: the rule borrows from the next.
 	minted(t, "birth", &gens, born(t, c, "s", p))
-	for _, op := range []func(context.Context, string, coordinator.Policy, coordinator.Note) (coordinator.Result, error){c.Isolate, c.Release, c.Disable} {
-		res, err := op(ctx, "s", p, note)
+	for _, op := range []func(context.Context, coordinator.CommandRequest) (coordinator.Result, error){c.Isolate, c.Release, c.Disable} {
+		res, err := op(ctx, coordinator.CommandRequest{Scope: "s", Policy: p, Note: note})
 		if err != nil {
 			t.Fatal(err)
 		}
 		minted(t, "operator", &gens, res.Generation)
 	}
-	res, err := c.Enable(ctx, "s", p, note)
+	res, err := c.Enable(ctx, coordinator.CommandRequest{Scope: "s", Policy: p, Note: note})
 	if err != nil || res.Generation != gens[len(gens)-1] {
 		t.Fatalf("Enable = %+v, %v; want generation %d kept", res, err, gens[len(gens)-1])
 	}

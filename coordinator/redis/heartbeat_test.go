@@ -81,7 +81,7 @@ func probe(t *testing.T, c *Coordinator, scope string) coordinator.Transition {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		d, err := c.Admit(context.Background(), scope, watchPolicy, "probe")
+		d, err := c.Admit(context.Background(), coordinator.AdmitRequest{Scope: scope, Policy: watchPolicy, Claim: "probe"})
 		if err == nil && d.Transition != nil && d.Transition.To == coordinator.StateHalfOpen {
 			return *d.Transition
 		}

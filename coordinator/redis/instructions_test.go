@@ -56,7 +56,7 @@ func BenchmarkInstructions(b *testing.B) {
 		count(b, func(_ *goredis.Client, c *Coordinator) func(context.Context, int) error {
 			birth(b, c, p)
 			return func(ctx context.Context, _ int) error {
-				_, err := c.Admit(ctx, "s", p, "claim")
+				_, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: "claim"})
 				return err
 			}
 		})

@@ -72,7 +72,7 @@ func TestKeysLiveUnderTheLayoutVersion(t *testing.T) {
 	p := watchPolicy
 	follow(t, ctx, c, "s")
 	// Every key at once: a remembered batch, then half-open with a lease.
-	d, err := c.Admit(ctx, "s", p, "a")
+	d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestKeysLiveUnderTheLayoutVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(p.OpenFor)
-	if d, err := c.Admit(ctx, "s", p, "probe"); err != nil || d.Verdict != coordinator.Probe {
+	if d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: "probe"}); err != nil || d.Verdict != coordinator.Probe {
 		t.Fatalf("Admit after the open period = %+v, %v", d, err)
 	}
 

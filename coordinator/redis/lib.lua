@@ -24,7 +24,7 @@
 -- ARGV (every script): 1 now ms ('' = the server's TIME), 2 bucket width ms,
 --   3 buckets. Scripts that write add 4 the readable scope, 5 the GC
 --   margin ms, 6 the highest generation of the scope the caller has seen
---   (decimal, 0 = none: coordinator.WithSeen) and 7 the ramp after a
+--   (decimal, 0 = none: the request's Seen) and 7 the ramp after a
 --   recovery, ms (Policy.RampFor; 0 = none); each script's own ARGV
 --   follow, from 8 on.
 --

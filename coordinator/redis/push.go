@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"strconv"
-	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
@@ -11,10 +10,10 @@ import (
 var _ coordinator.Pusher = (*Coordinator)(nil)
 
 // Push implements [coordinator.Pusher] with one script, push.lua.
-func (c *Coordinator) Push(ctx context.Context, scope string, p coordinator.Policy, gen uint64, period time.Duration, reason string) (coordinator.Result, error) {
-	if err := coordinator.CheckPushReason(reason); err != nil {
-		return coordinator.Result{}, opError("push", scope, err)
+func (c *Coordinator) Push(ctx context.Context, q coordinator.PushRequest) (coordinator.Result, error) {
+	if err := coordinator.CheckPushReason(q.Reason); err != nil {
+		return coordinator.Result{}, opError("push", q.Scope, err)
 	}
-	return c.result(ctx, c.client, c.scripts.push, "push", scope, p, coordinator.Seen(ctx, coordinator.Outcome{Generation: gen}),
-		strconv.FormatUint(gen, 10), coordinator.PushPeriod(p, period).Milliseconds(), reason)
+	return c.result(ctx, c.client, c.scripts.push, "push", q.Scope, q.Policy, coordinator.Seen(q.Seen, coordinator.Outcome{Generation: q.Generation}),
+		strconv.FormatUint(q.Generation, 10), coordinator.PushPeriod(q.Policy, q.Period).Milliseconds(), q.Reason)
 }

@@ -255,8 +255,9 @@ func abbreviate(scope string) string {
 }
 
 // Admit implements [coordinator.Coordinator].
-func (c *Coordinator) Admit(ctx context.Context, scope string, p coordinator.Policy, claim string) (coordinator.Decision, error) {
-	a, err := c.call(ctx, c.client, c.scripts.admit, "admit", scope, p, writes(coordinator.Seen(ctx)),
+func (c *Coordinator) Admit(ctx context.Context, q coordinator.AdmitRequest) (coordinator.Decision, error) {
+	scope, p, claim := q.Scope, q.Policy, q.Claim
+	a, err := c.call(ctx, c.client, c.scripts.admit, "admit", scope, p, writes(coordinator.Seen(q.Seen)),
 		p.Probes, p.ProbeLease.Milliseconds(), claim)
 	if err != nil {
 		return coordinator.Decision{}, err
@@ -298,7 +299,7 @@ func (c *Coordinator) Record(ctx context.Context, q coordinator.RecordRequest) (
 		args = append(args, strconv.FormatUint(gen, 10), flags, n)
 		i += n
 	}
-	a, err := c.call(ctx, c.client, c.scripts.record, "record", q.Scope, p, writes(coordinator.Seen(ctx, outcomes...)), args...)
+	a, err := c.call(ctx, c.client, c.scripts.record, "record", q.Scope, p, writes(coordinator.Seen(q.Seen, outcomes...)), args...)
 	if err != nil {
 		return coordinator.Result{}, err
 	}
@@ -322,13 +323,14 @@ func outcomeFlags(p coordinator.Policy, o coordinator.Outcome) int {
 }
 
 // Settle implements [coordinator.Coordinator].
-func (c *Coordinator) Settle(ctx context.Context, scope string, p coordinator.Policy, claim string, o coordinator.Outcome) (coordinator.Result, error) {
+func (c *Coordinator) Settle(ctx context.Context, q coordinator.SettleRequest) (coordinator.Result, error) {
+	scope, p, claim, o := q.Scope, q.Policy, q.Claim, q.Outcome
 	// A slow probe says the dependency has not recovered.
 	failed := 0
 	if o.Failure || p.IsSlow(o.Duration) {
 		failed = 1
 	}
-	return c.result(ctx, c.client, c.scripts.settle, "settle", scope, p, coordinator.Seen(ctx, o),
+	return c.result(ctx, c.client, c.scripts.settle, "settle", scope, p, coordinator.Seen(q.Seen, o),
 		claim, strconv.FormatUint(o.Generation, 10), failed,
 		p.OpenFor.Milliseconds(), p.MaxOpenFor.Milliseconds(), p.ProbeSuccesses)
 }

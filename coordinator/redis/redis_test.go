@@ -36,7 +36,7 @@ func tripPolicy() coordinator.Policy {
 // born, and returns the generation it answered.
 func born(t *testing.T, c coordinator.Coordinator, scope string, p coordinator.Policy) uint64 {
 	t.Helper()
-	d, err := c.Admit(t.Context(), scope, p, "born")
+	d, err := c.Admit(t.Context(), coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: "born"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,12 +105,18 @@ func TestWrongTypeIsAnError(t *testing.T) {
 		rdb.Set(ctx, k, "garbage", 0)
 	}
 	ops := map[string]func() error{
-		"admit": func() error { _, err := c.Admit(ctx, "s", p, "c"); return err },
+		"admit": func() error {
+			_, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: "c"})
+			return err
+		},
 		"record": func() error {
 			_, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{}}})
 			return err
 		},
-		"settle":   func() error { _, err := c.Settle(ctx, "s", p, "c", coordinator.Outcome{}); return err },
+		"settle": func() error {
+			_, err := c.Settle(ctx, coordinator.SettleRequest{Scope: "s", Policy: p, Claim: "c", Outcome: coordinator.Outcome{}})
+			return err
+		},
 		"snapshot": func() error { _, err := c.Snapshot(ctx, "s", p); return err },
 	}
 	for op, f := range ops {
@@ -158,12 +164,18 @@ func TestJunkNumberIsCorruptState(t *testing.T) {
 				t.Fatal(err)
 			}
 			ops := map[string]func(scope string) error{
-				"admit": func(scope string) error { _, err := c.Admit(ctx, scope, p, "c"); return err },
+				"admit": func(scope string) error {
+					_, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: "c"})
+					return err
+				},
 				"record": func(scope string) error {
 					_, err := c.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: []coordinator.Outcome{{Generation: gen}}})
 					return err
 				},
-				"settle":   func(scope string) error { _, err := c.Settle(ctx, scope, p, "c", coordinator.Outcome{}); return err },
+				"settle": func(scope string) error {
+					_, err := c.Settle(ctx, coordinator.SettleRequest{Scope: scope, Policy: p, Claim: "c", Outcome: coordinator.Outcome{}})
+					return err
+				},
 				"snapshot": func(scope string) error { _, err := c.Snapshot(ctx, scope, p); return err },
 			}
 			for _, op := range junk.ops {
@@ -185,7 +197,7 @@ func TestJunkNumberIsCorruptState(t *testing.T) {
 func TestInvalidPolicyIsAnError(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	c := cbredis.New(rdb)
-	_, err := c.Admit(context.Background(), "s", coordinator.Policy{}, "c")
+	_, err := c.Admit(context.Background(), coordinator.AdmitRequest{Scope: "s", Policy: coordinator.Policy{}, Claim: "c"})
 	if !errors.Is(err, coordinator.ErrInvalidPolicy) {
 		t.Fatalf("Admit with a zero policy: %v, want ErrInvalidPolicy", err)
 	}
@@ -246,7 +258,7 @@ func TestConcurrentHalfOpen(t *testing.T) {
 			c := cbredis.New(srv.Client(t), cbredis.WithClock(clk.Now))
 			for i := range 40 {
 				claim := fmt.Sprintf("g%d-%d", g, i)
-				d, err := c.Admit(ctx, "s", p, claim)
+				d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: claim})
 				if err != nil {
 					t.Error(err)
 					return
@@ -259,13 +271,13 @@ func TestConcurrentHalfOpen(t *testing.T) {
 				for m := maxHeld.Load(); n > m && !maxHeld.CompareAndSwap(m, n); m = maxHeld.Load() {
 				}
 				// A retried admission holds the same slot.
-				if d2, err := c.Admit(ctx, "s", p, claim); err != nil || d2.Verdict != coordinator.Probe {
+				if d2, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: claim}); err != nil || d2.Verdict != coordinator.Probe {
 					t.Errorf("re-admitting %s: %+v, %v; want Probe", claim, d2, err)
 				}
 				// Count the slot free before Redis frees it, so that the
 				// count never runs behind Redis.
 				held.Add(-1)
-				res, err := c.Settle(ctx, "s", p, claim, coordinator.Outcome{Generation: d.Generation})
+				res, err := c.Settle(ctx, coordinator.SettleRequest{Scope: "s", Policy: p, Claim: claim, Outcome: coordinator.Outcome{Generation: d.Generation}})
 				if err != nil || res.Stale != 0 {
 					t.Errorf("settle %s: %+v, %v", claim, res, err)
 				}
@@ -359,7 +371,7 @@ func TestClosedAdmitWritesNothing(t *testing.T) {
 	before := dirty(t, rdb)
 	for i := range 10 {
 		for _, scope := range []string{"s", "admitted only"} {
-			if d, err := c.Admit(ctx, scope, p, fmt.Sprint(i)); err != nil || d.Verdict != coordinator.Allow {
+			if d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: p, Claim: fmt.Sprint(i)}); err != nil || d.Verdict != coordinator.Allow {
 				t.Fatalf("Admit %q = %+v, %v", scope, d, err)
 			}
 		}
@@ -405,10 +417,10 @@ func TestHugeScope(t *testing.T) {
 	if got := rdb.HGet(ctx, state, "scope").Val(); got != scope {
 		t.Fatalf("stored scope has %d bytes, want %d", len(got), len(scope))
 	}
-	if _, err := c.Admit(ctx, "other", coordinator.Policy{}, "c"); err == nil {
+	if _, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "other", Policy: coordinator.Policy{}, Claim: "c"}); err == nil {
 		t.Fatal("no error for a zero policy")
 	}
-	_, err = c.Admit(ctx, scope, coordinator.Policy{}, "c")
+	_, err = c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: coordinator.Policy{}, Claim: "c"})
 	if err == nil || len(err.Error()) > 1000 {
 		t.Fatalf("error for a huge scope is %d bytes, want it cut short", len(fmt.Sprint(err)))
 	}

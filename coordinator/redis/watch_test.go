@@ -27,7 +27,7 @@ var watchPolicy = coordinator.Policy{
 func trip(t *testing.T, c *Coordinator, scope string) coordinator.Transition {
 	t.Helper()
 	ctx := context.Background()
-	d, err := c.Admit(ctx, scope, watchPolicy, "trip")
+	d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: watchPolicy, Claim: "trip"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func follow(t *testing.T, ctx context.Context, c *Coordinator, scopes ...string)
 // release puts scope back to closed and returns the transition.
 func release(t *testing.T, c *Coordinator, scope string) coordinator.Transition {
 	t.Helper()
-	res, err := c.Release(context.Background(), scope, watchPolicy, coordinator.Note{})
+	res, err := c.Release(context.Background(), coordinator.CommandRequest{Scope: scope, Policy: watchPolicy, Note: coordinator.Note{}})
 	if err != nil || res.Transition == nil {
 		t.Fatalf("releasing %q: %+v, %v", scope, res, err)
 	}
@@ -128,12 +128,12 @@ func TestWatchDeliversOpenUntil(t *testing.T) {
 
 	// A failed probe doubles the open period.
 	clock.Set(tr.OpenUntil)
-	d, err := c.Admit(ctx, scope, watchPolicy, "probe")
+	d, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: watchPolicy, Claim: "probe"})
 	if err != nil || d.Transition == nil {
 		t.Fatalf("Admit after the open period = %+v, %v", d, err)
 	}
 	next(t, ctx, w, *d.Transition)
-	res, err := c.Settle(ctx, scope, watchPolicy, "probe", coordinator.Outcome{Generation: d.Generation, Failure: true})
+	res, err := c.Settle(ctx, coordinator.SettleRequest{Scope: scope, Policy: watchPolicy, Claim: "probe", Outcome: coordinator.Outcome{Generation: d.Generation, Failure: true}})
 	if err != nil || res.Transition == nil {
 		t.Fatalf("Settle of a failed probe = %+v, %v", res, err)
 	}
@@ -142,7 +142,7 @@ func TestWatchDeliversOpenUntil(t *testing.T) {
 	}
 	next(t, ctx, w, *res.Transition)
 
-	res, err = c.Isolate(ctx, scope, watchPolicy, coordinator.Note{Reason: "test", For: time.Hour})
+	res, err = c.Isolate(ctx, coordinator.CommandRequest{Scope: scope, Policy: watchPolicy, Note: coordinator.Note{Reason: "test", For: time.Hour}})
 	if err != nil || res.Transition == nil || res.RetryAfter != time.Hour || !res.Transition.OpenUntil.Equal(clock.Now().Add(time.Hour)) {
 		t.Fatalf("Isolate for an hour = %+v, %v; want RetryAfter and OpenUntil an hour from now", res, err)
 	}

@@ -84,14 +84,14 @@ func TestMinimalACLIsMinimal(t *testing.T) {
 	p := coordinator.DefaultPolicy()
 	// With the server's clock (TIME), as in production.
 	c := cbredis.New(rdb)
-	if _, err := c.Admit(ctx, "s", p, "claim"); err != nil {
+	if _, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: "claim"}); err != nil {
 		t.Fatalf("Admit as the ACL user: %v", err)
 	}
 	if _, err := c.Record(ctx, coordinator.RecordRequest{Scope: "s", Policy: p, Outcomes: []coordinator.Outcome{{Failure: true}}}); err != nil {
 		t.Fatalf("Record as the ACL user: %v", err)
 	}
 	// Outside the key pattern, the same scripts are refused.
-	if _, err := cbredis.New(rdb, cbredis.WithPrefix("other:")).Admit(ctx, "s", p, "claim"); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+	if _, err := cbredis.New(rdb, cbredis.WithPrefix("other:")).Admit(ctx, coordinator.AdmitRequest{Scope: "s", Policy: p, Claim: "claim"}); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("Admit under prefix other: = %v, want NOPERM", err)
 	}
 	for _, cmd := range [][]any{{"GET", "cbgrpc:x"}, {"KEYS", "*"}, {"FLUSHALL"}, {"CONFIG", "GET", "maxmemory"}, {"SCRIPT", "FLUSH"}} {
@@ -126,7 +126,7 @@ func TestMinimalACLFeed(t *testing.T) {
 		c, w := watch(t)
 		time.Sleep(10 * period) // three periods of silence lose a feed
 		p := coordinator.DefaultPolicy()
-		if _, err := c.Isolate(ctx, "s", p, coordinator.Note{By: "test", Reason: "acl"}); err != nil {
+		if _, err := c.Isolate(ctx, coordinator.CommandRequest{Scope: "s", Policy: p, Note: coordinator.Note{By: "test", Reason: "acl"}}); err != nil {
 			t.Fatal(err)
 		}
 		tr, err := w.Next(ctx)

@@ -247,7 +247,7 @@ func TestSentinelIsolationSurvivesFailover(t *testing.T) {
 	// Confirmed: the replica acknowledged the isolation before the failover.
 	note := coordinator.Note{By: "ops", Reason: "scenario 3: confirmed"}
 	isolatedAt := time.Now()
-	res, err := ops.Isolate(ctx, unary, p, note)
+	res, err := ops.Isolate(ctx, coordinator.CommandRequest{Scope: unary, Policy: p, Note: note})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,12 +295,12 @@ func TestSentinelIsolationSurvivesFailover(t *testing.T) {
 	// go to the demoted master, where an operator's command, which runs on
 	// a connection of its own and so is not retried, meets READONLY.
 	followed(t, ctx, rdb)
-	if _, err := ops.Release(ctx, unary, p, coordinator.Note{By: "ops", Reason: "scenario 3: next part"}); err != nil {
+	if _, err := ops.Release(ctx, coordinator.CommandRequest{Scope: unary, Policy: p, Note: coordinator.Note{By: "ops", Reason: "scenario 3: next part"}}); err != nil {
 		t.Fatal(err)
 	}
 	s.CutReplication(t)
 	empty := scope(srv.Addr(), cbfleet.EmptyCall)
-	res, err = ops.Isolate(ctx, empty, p, coordinator.Note{By: "ops", Reason: "scenario 3: not confirmed"})
+	res, err = ops.Isolate(ctx, coordinator.CommandRequest{Scope: empty, Policy: p, Note: coordinator.Note{By: "ops", Reason: "scenario 3: not confirmed"}})
 	if err != nil {
 		t.Fatal(err)
 	}
