@@ -9,7 +9,7 @@ import (
 )
 
 // maxReplicaID bounds a replica's ID: the coordinator keeps it with what
-// it tracks of the replicas that fail (coordinator.TrackedReplicas per
+// it tracks of the replicas that fail (implement.TrackedReplicas per
 // scope).
 const maxReplicaID = 256
 

@@ -64,7 +64,7 @@ type Controller interface {
 
 	// SetOverride merges o into the override stored for t (see
 	// [Override.Merge]: a field o marks for removal is removed), and
-	// stores the result after [CheckOverride] accepted it: a bad field, or
+	// stores the result after validating it (implement.CheckOverride): a bad field, or
 	// a key of o that is no Go name of a field ("min_calls"), is refused,
 	// naming it, and nothing is stored. The change gets a new
 	// version and is published to every Watch that follows the scope (or
@@ -193,28 +193,3 @@ func invalidUTF8(s string) int {
 	}
 	return -1
 }
-
-// Describe is the Reason of the transition that op with this note makes:
-// "isolated by alice for 10m0s: payments outage", "enabled", ...
-func (n Note) Describe(op string) string {
-	verb := map[string]string{"isolate": "isolated", "release": "released", "disable": "disabled", "enable": "enabled"}[op]
-	if verb == "" {
-		verb = op
-	}
-	var b strings.Builder
-	b.WriteString(verb)
-	if n.By != "" {
-		b.WriteString(" by " + n.By)
-	}
-	if n.For > 0 {
-		b.WriteString(" for " + n.For.Truncate(time.Millisecond).String())
-	}
-	if n.Reason != "" {
-		b.WriteString(": " + n.Reason)
-	}
-	return b.String()
-}
-
-// IsolationEnded is the Reason of the transition an isolation for a set
-// time makes when it ends by itself.
-const IsolationEnded = "isolation ended"

@@ -159,7 +159,7 @@ type Result struct {
 // whose open period has ended reads half-open. A scope that is not born
 // (never used, or forgotten after an idle window, or whose state record
 // was lost) reads closed in generation 0 with nothing counted: looking
-// does not give birth to it (see [NextGeneration]).
+// does not give birth to it (see implement.NextGeneration).
 type Snapshot struct {
 	Scope      string
 	State      State

@@ -15,9 +15,10 @@
 // after that moves it to half-open and claims one of Policy.Probes leased
 // probe slots; enough successful probes close it, a failed probe opens it
 // again. Every transition to open or closed starts a new generation
-// ([NextGeneration]: above every generation the scope ever had, whatever was
-// lost or forgotten in between), and an outcome carries the generation it
-// was admitted under, so outcomes of an earlier generation never count.
+// (implement.NextGeneration: above every generation the scope ever had,
+// whatever was lost or forgotten in between), and an outcome carries the
+// generation it was admitted under, so outcomes of an earlier generation
+// never count.
 //
 // Every Record carries the replica it comes from ([RecordRequest]): a rule
 // trips the breaker for the fleet only if it still holds without the

@@ -33,11 +33,3 @@ type Outlier struct {
 
 // MaxOutliers bounds Policy.Outliers.
 const MaxOutliers = 8
-
-// TrackedReplicas is how many replicas a coordinator keeps per scope to
-// attribute failures and slow calls to: the ones that contribute most,
-// outliers first. What a scope costs stays bounded by a constant, however
-// many replicas a fleet has; a fleet with more failing replicas than this
-// is failing broadly, and the fleet's counts, which every outcome reaches,
-// decide it.
-const TrackedReplicas = 16

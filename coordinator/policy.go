@@ -117,13 +117,6 @@ func invalid(field, format string, args ...any) error {
 	return &PolicyError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// Permille turns a ratio into thousandths, rounding to the nearest. Both
-// coordinators compare ratios as integers (failures*1000 >= permille*calls)
-// so that 0.5 trips at exactly 2 of 4, whatever the float says.
-func Permille(ratio float64) int {
-	return int(math.Round(ratio * 1000))
-}
-
 // BucketWidth is the width of one window bucket: Window/Buckets rounded down
 // to the millisecond.
 func (p Policy) BucketWidth() time.Duration {
@@ -218,7 +211,8 @@ func checkRatio(field string, r float64) error {
 	case r >= 1:
 		return invalid(field, "must be below 1, got %v: a rule that needs every call to fail is ConsecutiveFailures", r)
 	}
-	if pm := Permille(r); pm <= 0 || pm >= 1000 {
+	// Rounded as coordinators compare ratios: implement.Permille.
+	if pm := int(math.Round(r * 1000)); pm <= 0 || pm >= 1000 {
 		return invalid(field, "%v rounds to %d thousandths; it must land in 1..999", r, pm)
 	}
 	return nil

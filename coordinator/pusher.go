@@ -1,10 +1,6 @@
 package coordinator
 
-import (
-	"context"
-	"fmt"
-	"time"
-)
+import "context"
 
 // Pusher is implemented by coordinators that can open a breaker for as
 // long as a server asked callers to stay away (server pushback: gRPC's
@@ -31,27 +27,4 @@ type Pusher interface {
 	// 0 says "retry now": no push at all.) Reopening after it doubles from
 	// it, as after any open period.
 	Push(ctx context.Context, r PushRequest) (Result, error)
-}
-
-// CheckPushReason refuses an empty reason for [Pusher.Push]: the
-// transition is for operators to read. The error wraps [ErrInvalidNote].
-func CheckPushReason(reason string) error {
-	if reason == "" {
-		return fmt.Errorf("%w: the reason of a push is empty; say why, for operators", ErrInvalidNote)
-	}
-	return nil
-}
-
-// PushPeriod is the open period Push gives for period under p: capped at
-// p.MaxOpenFor, or p.OpenFor when there is no back-off; the cap when
-// period is 0 or less; never below a millisecond.
-func PushPeriod(p Policy, period time.Duration) time.Duration {
-	limit := p.OpenFor
-	if p.MaxOpenFor > 0 {
-		limit = p.MaxOpenFor
-	}
-	if period <= 0 || period > limit {
-		return limit
-	}
-	return max(period.Truncate(time.Millisecond), time.Millisecond)
 }

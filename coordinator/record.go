@@ -4,10 +4,18 @@ import "time"
 
 // The requests of the operations that write. Every input a coordinator
 // must honour is a field of its request, not a value in the context, so
-// that a coordinator written elsewhere cannot miss one. Each has a Seen
-// field: the highest generation of the scope the caller has learned from
-// this coordinator, which fences a coordinator that lost state (see
-// [Seen]).
+// that a coordinator written elsewhere cannot miss one.
+//
+// Each has a Seen field: the highest generation of its scope that the
+// caller has learned from this coordinator, from an answer or from the
+// transition feed (0 says nothing). A coordinator whose stored generation
+// is lower, or lower than that of an outcome it is given, has lost state
+// that it once acknowledged: a failover that promoted a replica the trip
+// had not reached, a restore from a backup. It treats the scope as not
+// born and gives birth to it above the seen generation before it answers,
+// so that no generation handed out before the loss is handed out again,
+// and outcomes admitted before it stay stale (package implement has the
+// rule, Seen and NextGeneration).
 
 // AdmitRequest is everything an Admit takes.
 type AdmitRequest struct {
@@ -35,7 +43,7 @@ type RecordRequest struct {
 	// one replica like any other.
 	Replica string
 	// BatchID, when set, names the batch: a coordinator remembers a
-	// scope's last [RecentBatches] IDs and treats a Record with a
+	// scope's last IDs (implement.RecentBatches) and treats a Record with a
 	// remembered ID as a retry, all of its outcomes stale. Send a retried
 	// batch with the same ID so that it cannot count twice.
 	BatchID string

@@ -41,8 +41,8 @@ func (t Target) String() string {
 type PolicyLayer struct {
 	Override Override // nil or empty: none
 	// Version orders the changes of one target: every change gets
-	// NextGeneration(previous, now), so that it only grows, and a reset
-	// keeps growing it. 0: never set.
+	// implement.NextGeneration(previous, now), so that it only grows, and
+	// a reset keeps growing it. 0: never set.
 	Version uint64
 	By      string    // who set it, from the Note
 	Reason  string    // why, from the Note
@@ -111,27 +111,6 @@ func (o Overrides) Apply(code Policy) (Policy, PolicySource, error) {
 	return p, src, errs
 }
 
-// CheckOverride validates o as [Controller.SetOverride] and ResetOverride
-// must before they store it for t, given the fleet default in force: t's
-// scope must be one a call can have ([CheckScope]), and o laid over
-// [DefaultPolicy] (and, for a scope, over the fleet default) must make a
-// valid policy. The error names the field.
-func CheckOverride(t Target, o Override, fleet Override) error {
-	if !t.Fleet {
-		if err := CheckScope(t.Scope); err != nil {
-			return err
-		}
-	}
-	base := DefaultPolicy()
-	if !t.Fleet && len(fleet) > 0 {
-		if p, err := fleet.Apply(base); err == nil {
-			base = p
-		}
-	}
-	_, err := o.Apply(base)
-	return err
-}
-
 // SeenPolicy is a policy that Records of a scope carried: coordinators
 // keep, per scope, each distinct policy (by [Policy.Fingerprint]) with
 // the last time a Record carried it, and report those of the last window
@@ -142,13 +121,6 @@ type SeenPolicy struct {
 	Source      PolicySource
 	At          time.Time // the last Record that carried it, by the coordinator's clock
 }
-
-// RecentPolicies is how many policies a coordinator keeps per scope for
-// Snapshot.Policies: the newest, of the last window. A fleet runs one
-// policy, two during a rollout; more is a fleet out of step, and keeping
-// the rest would only let a scope's state grow with the number of
-// releases.
-const RecentPolicies = 16
 
 // PolicyChange tells a [PolicyWatch] that an override was set or reset.
 type PolicyChange struct {

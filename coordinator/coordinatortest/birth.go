@@ -98,7 +98,7 @@ func testBirthForgetsBatchIDs(t *testing.T, f Factory) {
 // testRecordOnNotBornScopeBirthsAndIsStale: outcomes and settlements a
 // scope never handed out a generation for are stale, in the generation
 // their operation gives birth to; a value no coordinator hands out (above
-// coordinator.MaxGeneration) does not move that generation.
+// implement.MaxGeneration) does not move that generation.
 func testRecordOnNotBornScopeBirthsAndIsStale(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	res := h.record(fail(0), fail(1), fail(1<<40), fail(^uint64(0)))

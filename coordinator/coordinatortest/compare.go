@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
@@ -469,7 +470,7 @@ func (d *driver) sameTransition(s *cmpScope, op string, r, su *coordinator.Trans
 		d.hit(pathIsolated)
 	case r.To == coordinator.StateDisabled:
 		d.hit(pathDisabled)
-	case r.Reason == coordinator.IsolationEnded:
+	case r.Reason == implement.IsolationEnded:
 		d.hit(pathIsolationEnded)
 	case r.From == coordinator.StateDisabled && strings.HasPrefix(r.Reason, "enabled"):
 		d.hit(pathEnabled)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 // The operations [Compare]'s driver runs on both coordinators, each
@@ -83,7 +84,7 @@ func (d *driver) admitSeen(s *cmpScope) {
 	claim := fmt.Sprintf("claim-%d", d.next)
 	d.note("seen s%d generation %d", s.index, seen)
 	d.admitClaim(seen, s, claim, nil)
-	if seen > last && s.gen == coordinator.NextGeneration(seen, d.now()) {
+	if seen > last && s.gen == implement.NextGeneration(seen, d.now()) {
 		d.hit(pathBornAboveSeen)
 	}
 }
@@ -464,7 +465,7 @@ func (d *driver) replica(s *cmpScope) string {
 	case n < 9:
 		return fmt.Sprintf("r%d", d.rng.IntN(3))
 	}
-	return fmt.Sprintf("many-%d", d.rng.IntN(coordinator.TrackedReplicas+8))
+	return fmt.Sprintf("many-%d", d.rng.IntN(implement.TrackedReplicas+8))
 }
 
 // noteFailed counts the replicas that failed in the closed generation a
@@ -478,7 +479,7 @@ func (d *driver) noteFailed(s *cmpScope, b *batch, outs []coordinator.Outcome, r
 	}
 	if slices.ContainsFunc(outs, func(o coordinator.Outcome) bool { return o.Failure }) && !s.failed[b.replica] {
 		s.failed[b.replica] = true
-		if len(s.failed) == coordinator.TrackedReplicas+1 {
+		if len(s.failed) == implement.TrackedReplicas+1 {
 			d.hit(pathReplicasEvicted)
 		}
 	}
@@ -488,7 +489,7 @@ func (d *driver) noteFailed(s *cmpScope, b *batch, outs []coordinator.Outcome, r
 // successes and a failure, which trips no rule: the coordinators must
 // evict the same ones.
 func (d *driver) crowd(s *cmpScope) {
-	n := coordinator.TrackedReplicas + 1 + d.rng.IntN(4)
+	n := implement.TrackedReplicas + 1 + d.rng.IntN(4)
 	d.note("crowd of %d replicas on s%d", n, s.index)
 	for i := range n {
 		b := &batch{s: s, p: s.p, replica: fmt.Sprintf("crowd-%02d", (i*7)%n)}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 // The optional operators' commands ([coordinator.Controller]): Isolate,
@@ -148,7 +149,7 @@ func testIsolateForEndsByItself(t *testing.T, f Factory) {
 	d := h.admit("b")
 	ended := h.next(iso)
 	h.wantDecision("first Admit after the end", d, allow, closed, ended)
-	h.wantTransition("first Admit after the end", d.Transition, isolated, closed, ended, coordinator.IsolationEnded)
+	h.wantTransition("first Admit after the end", d.Transition, isolated, closed, ended, implement.IsolationEnded)
 	h.wantNoTransition("second Admit", h.admit("c").Transition)
 	h.wantResult("Record after the end", h.record(ok(ended), fail(ended)), closed, ended, 0)
 	if s := h.wantState("after the end", closed, ended); s.Calls != 2 || s.Operator != (coordinator.Note{}) || !s.ForcedAt.IsZero() {
@@ -187,7 +188,7 @@ func testIsolationEndsLazilyOnEveryWrite(t *testing.T, f Factory) {
 			ended := h.next(iso)
 			if w.own == "" {
 				h.wantResult(w.op+" after the end", res, w.state, ended, w.stale)
-				h.wantTransition(w.op+" after the end", res.Transition, isolated, closed, ended, coordinator.IsolationEnded)
+				h.wantTransition(w.op+" after the end", res.Transition, isolated, closed, ended, implement.IsolationEnded)
 			} else {
 				h.wantResult(w.op+" after the end", res, w.state, h.next(ended), w.stale)
 				h.wantTransition(w.op+" after the end", res.Transition, closed, w.state, h.next(ended), w.own)
@@ -377,7 +378,7 @@ func testManualStatesAreTransitions(t *testing.T, f Factory) {
 	add(h.control("enable", fixed).Transition)
 	iso := add(h.control("isolate", coordinator.Note{Reason: "one second", For: time.Second}).Transition)
 	h.advance(time.Second)
-	add(&coordinator.Transition{Scope: h.scope, From: isolated, To: closed, Generation: h.next(iso.Generation), At: h.now(), Reason: coordinator.IsolationEnded})
+	add(&coordinator.Transition{Scope: h.scope, From: isolated, To: closed, Generation: h.next(iso.Generation), At: h.now(), Reason: implement.IsolationEnded})
 	add(h.control("isolate", coordinator.Note{Reason: "again", For: time.Second}).Transition)
 	h.advance(time.Second)
 	add(h.admit("a").Transition)

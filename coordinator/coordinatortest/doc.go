@@ -19,7 +19,7 @@
 // model. A coordinator that can lose its state record calls Compare itself
 // with [CompareOptions].LoseState set. The subtests never write a
 // generation down: they take it from an answer and
-// [coordinator.NextGeneration].
+// [implement.NextGeneration].
 //
 // [Clock] is the one fake clock of this module's tests.
 package coordinatortest

@@ -6,7 +6,7 @@ import (
 )
 
 // Rule 4 of the contract: every new generation is
-// coordinator.NextGeneration(previous, now), so generations only grow and
+// implement.NextGeneration(previous, now), so generations only grow and
 // are never handed out twice for one scope, even across forgetting; an
 // outcome is counted only in the generation it was admitted under.
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 const (
@@ -73,7 +74,7 @@ func (h *harness) advance(d time.Duration) { h.clock.Advance(d) }
 // next is the generation that a transition or a birth mints now after
 // prev, by rule 4 of the contract. Tests never write a generation down;
 // they take it from an answer and this rule.
-func (h *harness) next(prev uint64) uint64 { return coordinator.NextGeneration(prev, h.now()) }
+func (h *harness) next(prev uint64) uint64 { return implement.NextGeneration(prev, h.now()) }
 
 func (h *harness) admit(claim string) coordinator.Decision {
 	h.t.Helper()

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 // The ramp after a recovery (Policy.RampFor): while closed, every answer
@@ -73,7 +74,7 @@ func testRampLeftAfterRecovery(t *testing.T, f Factory) {
 	h.control("isolate", coordinator.Note{By: "alice", Reason: "maintenance", For: time.Second})
 	h.advance(3 * time.Second)
 	d := h.admit("d")
-	h.wantTransition("the first Admit after the isolation", d.Transition, isolated, closed, d.Generation, coordinator.IsolationEnded)
+	h.wantTransition("the first Admit after the isolation", d.Transition, isolated, closed, d.Generation, implement.IsolationEnded)
 	if d.RampLeft != 10*time.Second {
 		t.Errorf("Admit that ends an isolation 2s late: ramp left %v; want 10s, counted from now", d.RampLeft)
 	}

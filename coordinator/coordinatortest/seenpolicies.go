@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 // Snapshot.Policies: every Record carries the policy it was called with,
@@ -19,7 +20,7 @@ import (
 // fingerprint. Every Record carries its policy, stale or not, whatever the
 // breaker's state: it tells what a replica runs, not what was counted. A
 // birth forgets them, as it forgets everything else; a coordinator keeps
-// at most coordinator.RecentPolicies of them, the newest.
+// at most implement.RecentPolicies of them, the newest.
 
 // seen is what a Snapshot should list for p carried at at from source.
 func seen(p coordinator.Policy, source coordinator.PolicySource, at time.Time) coordinator.SeenPolicy {
@@ -133,17 +134,17 @@ func testSeenPolicyLeavesAfterAWindow(t *testing.T, f Factory) {
 }
 
 // testSeenPoliciesKeepTheNewest: a fleet out of step leaves at most
-// coordinator.RecentPolicies of them, the newest.
+// implement.RecentPolicies of them, the newest.
 func testSeenPoliciesKeepTheNewest(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	gen := h.closedGen()
 	var want []coordinator.SeenPolicy
-	for i := range coordinator.RecentPolicies + 4 {
+	for i := range implement.RecentPolicies + 4 {
 		h.advance(time.Millisecond)
 		o := h.on(h.scope)
 		o.p.MinCalls = 10 + i
 		o.record(ok(gen))
 		want = append([]coordinator.SeenPolicy{seen(o.p, coordinator.SourceCode, h.now())}, want...)
 	}
-	h.wantPolicies(fmt.Sprintf("%d policies", len(want)), want[:coordinator.RecentPolicies]...)
+	h.wantPolicies(fmt.Sprintf("%d policies", len(want)), want[:implement.RecentPolicies]...)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 // rules is a validated policy in the units the breaker computes with:
@@ -27,8 +28,8 @@ func newRules(p coordinator.Policy) *rules {
 		p:           p,
 		width:       p.BucketWidth().Milliseconds(),
 		buckets:     int64(p.Buckets),
-		failPm:      coordinator.Permille(p.FailureRatio),
-		slowPm:      coordinator.Permille(p.SlowCallRatio),
+		failPm:      implement.Permille(p.FailureRatio),
+		slowPm:      implement.Permille(p.SlowCallRatio),
 		openFor:     p.OpenFor.Milliseconds(),
 		maxOpen:     p.MaxOpenFor.Milliseconds(),
 		lease:       p.ProbeLease.Milliseconds(),
@@ -110,7 +111,7 @@ func born(scope string, old *breaker, seen uint64, r *rules, now int64) *breaker
 	if old != nil {
 		prev = max(prev, old.gen)
 	}
-	return &breaker{scope: scope, gen: coordinator.NextGeneration(prev, time.UnixMilli(now)), expiresAt: r.keep(now)}
+	return &breaker{scope: scope, gen: implement.NextGeneration(prev, time.UnixMilli(now)), expiresAt: r.keep(now)}
 }
 
 // keep is when a closed generation that has just been written at now may
@@ -186,7 +187,7 @@ func (b *breaker) lapse(r *rules, now int64) *coordinator.Transition {
 		return nil
 	}
 	b.close(r, now)
-	return b.transition(coordinator.StateIsolated, now, coordinator.IsolationEnded)
+	return b.transition(coordinator.StateIsolated, now, implement.IsolationEnded)
 }
 
 func (b *breaker) admit(r *rules, now int64, claim string) coordinator.Decision {
@@ -263,7 +264,7 @@ func (b *breaker) rememberBatch(id string) {
 	if id == "" {
 		return
 	}
-	if len(b.batches) == coordinator.RecentBatches {
+	if len(b.batches) == implement.RecentBatches {
 		b.batches = slices.Delete(b.batches, 0, 1)
 	}
 	b.batches = append(b.batches, id)
@@ -427,7 +428,7 @@ func percent(pm int) string {
 // enable goes through it.
 func (b *breaker) restart(state coordinator.State, now int64) {
 	b.state = state
-	b.gen = coordinator.NextGeneration(b.gen, time.UnixMilli(now))
+	b.gen = implement.NextGeneration(b.gen, time.UnixMilli(now))
 	b.openFor, b.openUntil, b.pushable = 0, 0, 0
 	b.consec, b.successes = 0, 0
 	b.window, b.leases = nil, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 var _ coordinator.Controller = (*Coordinator)(nil)
@@ -34,7 +35,7 @@ func (c *Coordinator) control(ctx context.Context, op string, q coordinator.Comm
 		return coordinator.Result{}, fmt.Errorf("memory coordinator: %s %q: %w", op, q.Scope, err)
 	}
 	var res coordinator.Result
-	err := c.op(ctx, op, q.Scope, q.Policy, coordinator.Seen(q.Seen), func(b *breaker, r *rules, now int64) *coordinator.Transition {
+	err := c.op(ctx, op, q.Scope, q.Policy, implement.Seen(q.Seen), func(b *breaker, r *rules, now int64) *coordinator.Transition {
 		t := b.control(r, now, op, q.Note)
 		res = b.result(r, now, 0, t)
 		res.PolicyVersion = c.policyVersion(q.Scope)
@@ -81,5 +82,5 @@ func (b *breaker) control(r *rules, now int64, op string, n coordinator.Note) *c
 	if b.state == from && !(op == "isolate" && b.openUntil != end) {
 		return nil
 	}
-	return b.transition(from, now, n.Describe(op))
+	return b.transition(from, now, implement.Describe(n, op))
 }

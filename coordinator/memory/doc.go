@@ -6,7 +6,7 @@
 // is safe for concurrent use. It keeps O(Buckets + Probes) per scope.
 //
 // A scope is born by its first operation other than Snapshot, closed, in
-// the generation [coordinator.NextGeneration] mints. A closed scope is
+// the generation [implement.NextGeneration] mints. A closed scope is
 // forgotten a window after its last write (its birth, closing, enabling
 // or an outcome counted); other states are kept. Snapshot and List read a
 // forgotten scope as not born, and its next write gives birth to it again,

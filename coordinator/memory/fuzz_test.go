@@ -10,6 +10,7 @@ import (
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
@@ -28,7 +29,7 @@ var fuzzPolicies = []coordinator.Policy{
 // promises whatever the sequence:
 //   - an operation that writes never answers generation 0, and the
 //     generations answered never decrease, across forgetting too;
-//   - every new generation is coordinator.NextGeneration of the one
+//   - every new generation is implement.NextGeneration of the one
 //     before, at a transition reported or at a birth: the first write to
 //     a scope never used, or to one forgotten (closed, with no outcome for
 //     a whole window), which reads as not born, exactly from when its last
@@ -87,14 +88,14 @@ func (m *fuzzModel) notBorn() bool {
 }
 
 // mint is the generation a transition or a birth makes now.
-func (m *fuzzModel) mint() uint64 { return coordinator.NextGeneration(m.gen, m.clock.Now()) }
+func (m *fuzzModel) mint() uint64 { return implement.NextGeneration(m.gen, m.clock.Now()) }
 
 // write gives birth to a scope that is not born, or whose generation lies
-// below seen, the highest the operation carries (coordinator.Seen), as
+// below seen, the highest the operation carries (implement.Seen), as
 // every operation but Snapshot does first.
 func (m *fuzzModel) write(seen uint64) {
 	if m.notBorn() || m.gen < seen {
-		m.gen = coordinator.NextGeneration(max(m.gen, seen), m.clock.Now())
+		m.gen = implement.NextGeneration(max(m.gen, seen), m.clock.Now())
 		m.state = coordinator.StateClosed
 		m.leases = map[string]int64{}
 		m.forgetAt = m.forgetsAt(m.now())
@@ -223,7 +224,7 @@ func (m *fuzzModel) step(op, arg byte) {
 
 func (m *fuzzModel) admit(ctx context.Context, seen uint64, claim string) {
 	m.t.Helper()
-	m.write(coordinator.Seen(seen))
+	m.write(implement.Seen(seen))
 	liveBefore, held := m.live(), m.leases[claim] > m.now()
 	d, err := m.c.Admit(ctx, coordinator.AdmitRequest{Scope: "fuzz", Policy: m.p, Claim: claim, Seen: seen})
 	m.note("admit %s -> %v %v gen %d retry %v", claim, d.Verdict, d.State, d.Generation, d.RetryAfter)
@@ -267,7 +268,7 @@ func (m *fuzzModel) admit(ctx context.Context, seen uint64, claim string) {
 
 func (m *fuzzModel) record(ctx context.Context, batch string, outcomes []coordinator.Outcome) {
 	m.t.Helper()
-	m.write(coordinator.Seen(0, outcomes...))
+	m.write(implement.Seen(0, outcomes...))
 	res, err := m.c.Record(ctx, coordinator.RecordRequest{Scope: "fuzz", Policy: m.p, Outcomes: outcomes, BatchID: batch})
 	m.note("record %v -> %+v", outcomes, res)
 	if err != nil {

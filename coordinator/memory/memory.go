@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 // Coordinator is an in-process coordinator. The zero value is not usable;
@@ -64,7 +65,7 @@ var _ coordinator.Coordinator = (*Coordinator)(nil)
 // and publishes the transitions it makes. Every operation but Snapshot
 // writes: it gives birth to a scope that is not born, or whose generation
 // lies below seen, what the caller has seen of it (rule 4 of the contract,
-// [coordinator.NextGeneration], [coordinator.Seen]), and ends an
+// [implement.NextGeneration], [implement.Seen]), and ends an
 // isolation whose time has passed, before f runs. That lapse is reported
 // by the operation unless f reports a transition of its own (see
 // breaker.report).
@@ -117,7 +118,7 @@ func (c *Coordinator) locked(ctx context.Context, name, scope string, p coordina
 // forgotten by the first operation that comes a window after its own ran
 // out (the window of that operation's policy), so that memory follows the
 // scopes in use. A scope is dropped only once its
-// generation lies below now in the units of [coordinator.NextGeneration],
+// generation lies below now in the units of [implement.NextGeneration],
 // so that its next birth is the same with or without it: a generation
 // borrowed from a later millisecond must still be known to be skipped.
 func (c *Coordinator) sweep(r *rules, now int64) {
@@ -127,7 +128,7 @@ func (c *Coordinator) sweep(r *rules, now int64) {
 	}
 	c.ops, c.swept = 0, now
 	c.most = max(c.most, len(c.scopes))
-	floor := coordinator.NextGeneration(0, time.UnixMilli(now))
+	floor := implement.NextGeneration(0, time.UnixMilli(now))
 	for s, b := range c.scopes {
 		if b.expired(now) && b.gen < floor {
 			delete(c.scopes, s)
@@ -143,7 +144,7 @@ func (c *Coordinator) sweep(r *rules, now int64) {
 // Admit implements [coordinator.Coordinator].
 func (c *Coordinator) Admit(ctx context.Context, q coordinator.AdmitRequest) (coordinator.Decision, error) {
 	var d coordinator.Decision
-	err := c.op(ctx, "admit", q.Scope, q.Policy, coordinator.Seen(q.Seen), func(b *breaker, r *rules, now int64) *coordinator.Transition {
+	err := c.op(ctx, "admit", q.Scope, q.Policy, implement.Seen(q.Seen), func(b *breaker, r *rules, now int64) *coordinator.Transition {
 		d = b.admit(r, now, q.Claim)
 		d.PolicyVersion = c.policyVersion(q.Scope)
 		return d.Transition
@@ -155,7 +156,7 @@ func (c *Coordinator) Admit(ctx context.Context, q coordinator.AdmitRequest) (co
 func (c *Coordinator) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
 	var res coordinator.Result
 	fp := q.Policy.Fingerprint()
-	err := c.op(ctx, "record", q.Scope, q.Policy, coordinator.Seen(q.Seen, q.Outcomes...), func(b *breaker, r *rules, now int64) *coordinator.Transition {
+	err := c.op(ctx, "record", q.Scope, q.Policy, implement.Seen(q.Seen, q.Outcomes...), func(b *breaker, r *rules, now int64) *coordinator.Transition {
 		b.carry(r, now, fp, q.Source)
 		res = b.record(r, now, q)
 		res.PolicyVersion = c.policyVersion(q.Scope)
@@ -167,7 +168,7 @@ func (c *Coordinator) Record(ctx context.Context, q coordinator.RecordRequest) (
 // Settle implements [coordinator.Coordinator].
 func (c *Coordinator) Settle(ctx context.Context, q coordinator.SettleRequest) (coordinator.Result, error) {
 	var res coordinator.Result
-	err := c.op(ctx, "settle", q.Scope, q.Policy, coordinator.Seen(q.Seen, q.Outcome), func(b *breaker, r *rules, now int64) *coordinator.Transition {
+	err := c.op(ctx, "settle", q.Scope, q.Policy, implement.Seen(q.Seen, q.Outcome), func(b *breaker, r *rules, now int64) *coordinator.Transition {
 		res = b.settle(r, now, q.Claim, q.Outcome)
 		res.PolicyVersion = c.policyVersion(q.Scope)
 		return res.Transition

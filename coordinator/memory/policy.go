@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 // overrides are the shared policy's layers: the fleet default and each
@@ -42,7 +43,7 @@ func (c *Coordinator) changeOverride(ctx context.Context, op string, t coordinat
 	now := time.UnixMilli(c.clock().UnixMilli())
 	cur := c.layer(t)
 	next := change(cur.Override)
-	if err := coordinator.CheckOverride(t, next, c.policies.fleet.Override); err != nil {
+	if err := implement.CheckOverride(t, next, c.policies.fleet.Override); err != nil {
 		return coordinator.Overrides{}, fmt.Errorf("memory coordinator: %s of %v: %w", op, t, err)
 	}
 	if len(next) == 0 && len(cur.Override) == 0 {
@@ -51,7 +52,7 @@ func (c *Coordinator) changeOverride(ctx context.Context, op string, t coordinat
 	if len(next) == 0 {
 		next = nil
 	}
-	l := coordinator.PolicyLayer{Override: next, Version: coordinator.NextGeneration(cur.Version, now), By: n.By, Reason: n.Reason, At: now}
+	l := coordinator.PolicyLayer{Override: next, Version: implement.NextGeneration(cur.Version, now), By: n.By, Reason: n.Reason, At: now}
 	if t.Fleet {
 		c.policies.fleet = l
 	} else {

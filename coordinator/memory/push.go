@@ -5,18 +5,19 @@ import (
 	"fmt"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 var _ coordinator.Pusher = (*Coordinator)(nil)
 
 // Push implements [coordinator.Pusher].
 func (c *Coordinator) Push(ctx context.Context, q coordinator.PushRequest) (coordinator.Result, error) {
-	if err := coordinator.CheckPushReason(q.Reason); err != nil {
+	if err := implement.CheckPushReason(q.Reason); err != nil {
 		return coordinator.Result{}, fmt.Errorf("memory coordinator: push %q: %w", q.Scope, err)
 	}
 	var res coordinator.Result
-	err := c.op(ctx, "push", q.Scope, q.Policy, coordinator.Seen(q.Seen, coordinator.Outcome{Generation: q.Generation}), func(b *breaker, r *rules, now int64) *coordinator.Transition {
-		res = b.push(r, now, q.Generation, coordinator.PushPeriod(q.Policy, q.Period).Milliseconds(), q.Reason)
+	err := c.op(ctx, "push", q.Scope, q.Policy, implement.Seen(q.Seen, coordinator.Outcome{Generation: q.Generation}), func(b *breaker, r *rules, now int64) *coordinator.Transition {
+		res = b.push(r, now, q.Generation, implement.PushPeriod(q.Policy, q.Period).Milliseconds(), q.Reason)
 		res.PolicyVersion = c.policyVersion(q.Scope)
 		return res.Transition
 	})

@@ -6,12 +6,13 @@ import (
 	"slices"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 // What a breaker knows of the replicas that record in its closed
 // generation (Policy.Outliers): the ones that failed, each with its own
 // window, run and spell as an outlier, at most
-// coordinator.TrackedReplicas of them; and the replicas that recorded
+// implement.TrackedReplicas of them; and the replicas that recorded
 // lately, as many as it takes to tell whether those it leaves out are all
 // of them. Both start afresh with every generation.
 
@@ -99,10 +100,10 @@ func (b *breaker) track(id string, r *rules, now int64) *tracked {
 	if t := b.replica(id, r, now); t != nil {
 		return t
 	}
-	if len(b.replicas) >= coordinator.TrackedReplicas {
+	if len(b.replicas) >= implement.TrackedReplicas {
 		b.dropDead(r, now)
 	}
-	if len(b.replicas) >= coordinator.TrackedReplicas {
+	if len(b.replicas) >= implement.TrackedReplicas {
 		from, _ := b.liveFrom(r, now)
 		victim := slices.MinFunc(slices.Collect(mapValues(b.replicas)), func(x, y *tracked) int {
 			return cmp.Or(cmp.Compare(btoi(x.until != 0), btoi(y.until != 0)), cmp.Compare(bad(x, from), bad(y, from)), cmp.Compare(x.id, y.id))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 // seenPolicy is a policy Records carried (Snapshot.Policies): where it came
@@ -20,7 +21,7 @@ type seenPolicy struct {
 // carry notes that a Record carried r's policy, of fingerprint fp, from
 // source. Every Record does, stale or not. A new fingerprint prunes the
 // policies a window of r old, and keeps the newest
-// coordinator.RecentPolicies: memory is bounded, and a fleet's steady
+// implement.RecentPolicies: memory is bounded, and a fleet's steady
 // Records cost no pruning.
 func (b *breaker) carry(r *rules, now int64, fp string, source coordinator.PolicySource) {
 	_, known := b.policies[fp]
@@ -36,8 +37,8 @@ func (b *breaker) carry(r *rules, now int64, fp string, source coordinator.Polic
 			delete(b.policies, f)
 		}
 	}
-	if len(b.policies) > coordinator.RecentPolicies {
-		for _, sp := range b.seenPolicies(0)[coordinator.RecentPolicies:] {
+	if len(b.policies) > implement.RecentPolicies {
+		for _, sp := range b.seenPolicies(0)[implement.RecentPolicies:] {
 			delete(b.policies, sp.Fingerprint)
 		}
 	}

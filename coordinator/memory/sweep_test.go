@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 // A scope that minted more than a thousand generations in its last
@@ -31,7 +32,7 @@ func TestForgottenScopeIsBornAboveBorrowedGenerations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if floor := coordinator.NextGeneration(0, clk.Now().Add(time.Millisecond)); last.Generation < floor {
+	if floor := implement.NextGeneration(0, clk.Now().Add(time.Millisecond)); last.Generation < floor {
 		t.Fatalf("1200 generations minted in one millisecond end at %d; want them to borrow past %d", last.Generation, floor)
 	}
 	clk.Advance(time.Millisecond)

@@ -8,6 +8,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 var _ coordinator.Controller = (*Coordinator)(nil)
@@ -45,16 +46,16 @@ func (c *Coordinator) control(ctx context.Context, op string, q coordinator.Comm
 	if err := n.Validate(op); err != nil {
 		return coordinator.Result{}, opError(op, scope, err)
 	}
-	args := []any{op, n.By, n.Reason, n.For.Milliseconds(), n.Describe(op)}
+	args := []any{op, n.By, n.Reason, n.For.Milliseconds(), implement.Describe(n, op)}
 	conn, err := c.masterConn(ctx, scopeKeys(c.prefix, scope)[keyState])
 	if err != nil {
 		return coordinator.Result{}, opError(op, scope, err)
 	}
 	if conn == nil {
-		return c.result(ctx, c.client, c.scripts.control, op, scope, p, coordinator.Seen(q.Seen), args...)
+		return c.result(ctx, c.client, c.scripts.control, op, scope, p, implement.Seen(q.Seen), args...)
 	}
 	defer conn.Close()
-	res, err := c.result(ctx, conn, c.scripts.control, op, scope, p, coordinator.Seen(q.Seen), args...)
+	res, err := c.result(ctx, conn, c.scripts.control, op, scope, p, implement.Seen(q.Seen), args...)
 	if err != nil {
 		cluster, ok := c.client.(*goredis.ClusterClient)
 		if _, moved := goredis.IsMovedError(err); ok && moved {

@@ -47,7 +47,7 @@
 // and, while isolated or disabled, the operator's note: note_by,
 // note_reason, note_for, noted_at; and for each policy Records carried
 // (coordinator.Snapshot.Policies), policy:<fingerprint> holding "<ms>
-// <source> <encoding>", at most [coordinator.RecentPolicies] of them. Times
+// <source> <encoding>", at most [implement.RecentPolicies] of them. Times
 // are Unix milliseconds. reporters holds the replicas heard last
 // (Policy.Outliers), which outlive generations.
 //
@@ -75,7 +75,7 @@
 //
 // # Generations
 //
-// Every new generation is [coordinator.NextGeneration]: max(previous + 1,
+// Every new generation is [implement.NextGeneration]: max(previous + 1,
 // now in ms × 1000), above every generation minted before. A scope is born
 // by its first Admit, Record, Settle or operator's command when it has no
 // state hash, or its closed state is past keeping; the previous generation
@@ -134,7 +134,7 @@
 // every scope with SCAN (see its cost there).
 //
 // A retried Record cannot count twice when the caller names its batch
-// (RecordRequest.BatchID): the last [coordinator.RecentBatches] batch IDs
+// (RecordRequest.BatchID): the last [implement.RecentBatches] batch IDs
 // of a scope are kept beside its state. What the window keeps of the
 // replicas that record (Policy.Outliers) is in replicas.lua.
 package redis

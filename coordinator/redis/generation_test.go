@@ -12,6 +12,7 @@ import (
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
@@ -93,7 +94,7 @@ func TestLostStateRestartsAboveTheWindowLabel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := coordinator.NextGeneration(first, behind.Now()); res.Generation != want || want != first+1 {
+	if want := implement.NextGeneration(first, behind.Now()); res.Generation != want || want != first+1 {
 		t.Fatalf("Record after the loss: generation %d; want %d, just above the label %d (the writer's clock is a minute behind)", res.Generation, want, first)
 	}
 	minted(t, "restart after the loss", &gens, res.Generation)
@@ -160,7 +161,7 @@ func TestForgottenScopeIsBornAboveItsOldGeneration(t *testing.T) {
 		t.Fatalf("Snapshot of the forgotten scope = %+v, %v; want it not born", s, err)
 	}
 	reborn := born(t, c, "s", p)
-	if want := coordinator.NextGeneration(gens[len(gens)-1], clock.Now()); reborn != want {
+	if want := implement.NextGeneration(gens[len(gens)-1], clock.Now()); reborn != want {
 		t.Fatalf("born again in generation %d; want %d", reborn, want)
 	}
 	minted(t, "born again", &gens, reborn)

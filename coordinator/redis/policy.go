@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 // A scope's override lives in its slot (keys.go, keyPolicy), so that every
@@ -62,7 +63,7 @@ func (c *Coordinator) changeOverride(ctx context.Context, op string, t coordinat
 			mine = &cur.Fleet
 		}
 		next := change(mine.Override)
-		if err := coordinator.CheckOverride(t, next, cur.Fleet.Override); err != nil {
+		if err := implement.CheckOverride(t, next, cur.Fleet.Override); err != nil {
 			return fail(err)
 		}
 		now := ""

@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 // DefaultPrefix starts every key the coordinator writes, unless
@@ -176,7 +177,7 @@ func (c *Coordinator) HonoursDeadlines() bool {
 
 // access says how a script uses a scope: whether it writes and, if it
 // does, the highest generation of the scope its caller has seen
-// ([coordinator.Seen]).
+// ([implement.Seen]).
 type access struct {
 	write bool
 	seen  uint64
@@ -257,7 +258,7 @@ func abbreviate(scope string) string {
 // Admit implements [coordinator.Coordinator].
 func (c *Coordinator) Admit(ctx context.Context, q coordinator.AdmitRequest) (coordinator.Decision, error) {
 	scope, p, claim := q.Scope, q.Policy, q.Claim
-	a, err := c.call(ctx, c.client, c.scripts.admit, "admit", scope, p, writes(coordinator.Seen(q.Seen)),
+	a, err := c.call(ctx, c.client, c.scripts.admit, "admit", scope, p, writes(implement.Seen(q.Seen)),
 		p.Probes, p.ProbeLease.Milliseconds(), claim)
 	if err != nil {
 		return coordinator.Decision{}, err
@@ -286,10 +287,10 @@ func (c *Coordinator) Record(ctx context.Context, q coordinator.RecordRequest) (
 	// once.
 	encoding, fingerprint := p.Encoded()
 	args := make([]any, 0, 11+3*4)
-	args = append(args, p.MinCalls, coordinator.Permille(p.FailureRatio), coordinator.Permille(p.SlowCallRatio),
-		p.ConsecutiveFailures, p.OpenFor.Milliseconds(), q.BatchID, coordinator.RecentBatches,
-		fingerprint, int(q.Source), encoding, coordinator.RecentPolicies,
-		replicaArg(q.Replica), p.Outliers, p.MaxOpenFor.Milliseconds(), coordinator.TrackedReplicas)
+	args = append(args, p.MinCalls, implement.Permille(p.FailureRatio), implement.Permille(p.SlowCallRatio),
+		p.ConsecutiveFailures, p.OpenFor.Milliseconds(), q.BatchID, implement.RecentBatches,
+		fingerprint, int(q.Source), encoding, implement.RecentPolicies,
+		replicaArg(q.Replica), p.Outliers, p.MaxOpenFor.Milliseconds(), implement.TrackedReplicas)
 	for i := 0; i < len(outcomes); {
 		gen, flags := outcomes[i].Generation, outcomeFlags(p, outcomes[i])
 		n := 1
@@ -299,7 +300,7 @@ func (c *Coordinator) Record(ctx context.Context, q coordinator.RecordRequest) (
 		args = append(args, strconv.FormatUint(gen, 10), flags, n)
 		i += n
 	}
-	a, err := c.call(ctx, c.client, c.scripts.record, "record", q.Scope, p, writes(coordinator.Seen(q.Seen, outcomes...)), args...)
+	a, err := c.call(ctx, c.client, c.scripts.record, "record", q.Scope, p, writes(implement.Seen(q.Seen, outcomes...)), args...)
 	if err != nil {
 		return coordinator.Result{}, err
 	}
@@ -330,7 +331,7 @@ func (c *Coordinator) Settle(ctx context.Context, q coordinator.SettleRequest) (
 	if o.Failure || p.IsSlow(o.Duration) {
 		failed = 1
 	}
-	return c.result(ctx, c.client, c.scripts.settle, "settle", scope, p, coordinator.Seen(q.Seen, o),
+	return c.result(ctx, c.client, c.scripts.settle, "settle", scope, p, implement.Seen(q.Seen, o),
 		claim, strconv.FormatUint(o.Generation, 10), failed,
 		p.OpenFor.Milliseconds(), p.MaxOpenFor.Milliseconds(), p.ProbeSuccesses)
 }

@@ -1,4 +1,4 @@
-package coordinator
+package implement
 
 import "time"
 
@@ -9,11 +9,11 @@ import "time"
 //
 // Every coordinator mints every new generation with it: a transition to
 // open, closed, isolated or disabled, and the birth of a scope. A scope is
-// born by its first Admit, Record, Settle or [Controller] command after it
-// was forgotten (its closed state outlived its window), after its state
-// record was lost (eviction, a deleted key) or rolled back (a caller has
-// seen a later generation: a request's Seen, see [Seen]), or ever; that operation persists
-// the new generation. Snapshot never gives birth: a scope that is
+// born by its first Admit, Record, Settle or [coordinator.Controller]
+// command after it was forgotten (its closed state outlived its window),
+// after its state record was lost (eviction, a deleted key) or rolled back
+// (a caller has seen a later generation: [Seen]), or ever; that operation
+// persists the new generation. Snapshot never gives birth: a scope that is
 // not born reads generation 0, which is never handed out.
 //
 // So generations only grow, and are never handed out twice for one scope,
