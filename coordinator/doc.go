@@ -5,8 +5,11 @@
 //
 // The package holds the vocabulary of that contract: [Policy] (what trips a
 // breaker and how it recovers), [Decision], [Outcome], [Result], [Transition]
-// and [Snapshot]. Implementations live in the sub-packages memory (one
-// process) and redis (a fleet); coordinatortest checks that an implementation
+// and [Snapshot], and the request of each operation ([AdmitRequest],
+// [RecordRequest], ...), which carries every input a coordinator must
+// honour. Implementations live in the sub-packages memory (one process) and
+// redis (a fleet), and share what the contract does not state in
+// coordinator/implement; coordinatortest checks that an implementation
 // keeps the contract.
 //
 // The rules, in short: a closed breaker admits every call and counts outcomes
