@@ -408,7 +408,7 @@ func (r *recorder) record(scope string, outcomes []coordinator.Outcome, callers 
 	}
 	a, err := b.roundTrip(context.Background(), trip{op: "record", scope: scope, timeout: b.cfg.timeout, wg: &r.wg, cause: cause},
 		func(ctx context.Context, seen uint64) (answer, error) {
-			q := q
+			q := q // each attempt's own: an abandoned one may still read it
 			q.Seen = seen
 			res, err := b.c.Record(ctx, q)
 			return recordedAnswer(res), err
