@@ -192,7 +192,7 @@ func (p Policy) Validate() error {
 	}
 	// In thousandths, as the ratio rule trips: failures*1000 >= permille*calls
 	// at the held share (K−1)/K is permille*K <= 1000*(K−1).
-	if p.Throttle != 0 && p.FailureRatio > 0 && float64(Permille(p.FailureRatio))*p.Throttle <= 1000*(p.Throttle-1) {
+	if p.Throttle != 0 && p.FailureRatio > 0 && float64(permille(p.FailureRatio))*p.Throttle <= 1000*(p.Throttle-1) {
 		return invalid("FailureRatio", "must be above 1 − 1/K (%.4g for Throttle %v), got %v: the throttle holds the dependency at about that share of failures, so the ratio would trip where the throttle should hold; raise FailureRatio, lower Throttle, or set FailureRatio to 0",
 			1-1/p.Throttle, p.Throttle, p.FailureRatio)
 	}
@@ -201,6 +201,11 @@ func (p Policy) Validate() error {
 	}
 	return nil
 }
+
+// permille is r in thousandths, rounded as the coordinators compare
+// ratios (implement.Permille, which cannot be imported here: it imports
+// this package).
+func permille(r float64) int { return int(math.Round(r * 1000)) }
 
 func checkRatio(field string, r float64) error {
 	switch {
@@ -211,8 +216,7 @@ func checkRatio(field string, r float64) error {
 	case r >= 1:
 		return invalid(field, "must be below 1, got %v: a rule that needs every call to fail is ConsecutiveFailures", r)
 	}
-	// Rounded as coordinators compare ratios: implement.Permille.
-	if pm := int(math.Round(r * 1000)); pm <= 0 || pm >= 1000 {
+	if pm := permille(r); pm <= 0 || pm >= 1000 {
 		return invalid(field, "%v rounds to %d thousandths; it must land in 1..999", r, pm)
 	}
 	return nil

@@ -21,16 +21,16 @@ func TestJSONHoldsWhatAppliesToTheState(t *testing.T) {
 	ctx := context.Background()
 	note := coordinator.Note{By: "alice", Reason: "json"}
 	f.trip("svc/recovered")
-	if _, err := f.c.Release(ctx, "svc/recovered", f.p, note); err != nil {
+	if _, err := f.c.Release(ctx, coordinator.CommandRequest{Scope: "svc/recovered", Policy: f.p, Note: note}); err != nil {
 		t.Fatal(err)
 	}
 	f.trip("svc/open")
 	f.admit("svc/isolated")
-	if _, err := f.c.Isolate(ctx, "svc/isolated", f.p, note); err != nil {
+	if _, err := f.c.Isolate(ctx, coordinator.CommandRequest{Scope: "svc/isolated", Policy: f.p, Note: note}); err != nil {
 		t.Fatal(err)
 	}
 	f.admit("svc/disabled")
-	if _, err := f.c.Disable(ctx, "svc/disabled", f.p, note); err != nil {
+	if _, err := f.c.Disable(ctx, coordinator.CommandRequest{Scope: "svc/disabled", Policy: f.p, Note: note}); err != nil {
 		t.Fatal(err)
 	}
 	stateFields := []string{"consecutive_failures", "opened_at", "open_until", "probes_in_flight", "probe_successes", "forced_at", "operator"}

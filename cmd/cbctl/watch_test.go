@@ -89,7 +89,7 @@ func TestCLIWatchRidesOutAPausedRedis(t *testing.T) {
 	w.waitSaid("reconnecting")
 	w.waitSaid("reconnected, following 1 scopes")
 
-	isolated, err := f.c.Isolate(context.Background(), "svc/watched", f.p, coordinator.Note{By: "alice", Reason: "after the pause"})
+	isolated, err := f.c.Isolate(context.Background(), coordinator.CommandRequest{Scope: "svc/watched", Policy: f.p, Note: coordinator.Note{By: "alice", Reason: "after the pause"}})
 	if err != nil {
 		t.Fatal(err)
 	}
