@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc/internal/redistest"
+)
+
+// requireRedis skips the test when redis-server is not installed, and
+// fails it under CI=true: CI must never pass by skipping the real thing.
+func requireRedis(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis-server not found (CI=true requires it): %v", err)
+		}
+		t.Skipf("redis-server not found: %v", err)
+	}
+}
+
+// checkRun runs the example with cfg and checks that its transcript shows
+// the trip, the rejections, the recovery and a scrape of /metrics with the
+// breaker's series in it, and that it left no goroutine behind.
+func checkRun(t *testing.T, cfg config) string {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	var out bytes.Buffer
+	if err := run(context.Background(), &out, cfg); err != nil {
+		t.Fatalf("run: %v\n%s", err, &out)
+	}
+	text := out.String()
+	for _, want := range []string{
+		"-- the inventory database goes down for 1.5s\n",
+		"   ** inventory: closed -> open (",
+		"rejected by the breaker, not sent (open, retry after ",
+		"-- the inventory database is back\n",
+		"   ** inventory: half-open -> closed (",
+		`cbgrpc_transitions_total{cbgrpc_outlier="false",cbgrpc_state_from="closed",cbgrpc_state_to="open"} 1`,
+		`cbgrpc_transitions_total{cbgrpc_outlier="false",cbgrpc_state_from="half-open",cbgrpc_state_to="closed"} 1`,
+		`cbgrpc_decisions_total{cbgrpc_decided_by="cache",cbgrpc_verdict="reject",`,
+		`cbgrpc_state{cbgrpc_scope="inventory"} 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the example does not print %q:\n%s", want, text)
+		}
+	}
+	if trip, back := strings.Index(text, "closed -> open"), strings.Index(text, "half-open -> closed"); trip > back {
+		t.Errorf("the example prints the recovery before the trip:\n%s", text)
+	}
+	// Its goroutines end as it shuts down; those of Close's own waiting
+	// are given a moment.
+	var after int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if after = runtime.NumGoroutine(); after <= before || time.Now().After(deadline) {
+			break
+		}
+	}
+	if after > before {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines before the run, %d after:\n%s", before, after, buf[:runtime.Stack(buf, true)])
+	}
+	return text
+}
+
+var started = regexp.MustCompile(`No -redis given: started redis-server on (127\.0\.0\.1:\d+) \(pid \d+\)\.\n`)
+
+// Without -redis it starts a redis-server of its own, and stops it at the
+// end.
+func TestProductionStartsItsOwnRedis(t *testing.T) {
+	requireRedis(t)
+	text := checkRun(t, config{metrics: "127.0.0.1:0"})
+	m := started.FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("the example does not say it started a redis-server:\n%s", text)
+	}
+	if !strings.HasSuffix(text, "Stopped the redis-server on "+m[1]+".\n") {
+		t.Errorf("the example does not end saying it stopped the redis-server on %s:\n%s", m[1], text)
+	}
+	if conn, err := net.DialTimeout("tcp", m[1], time.Second); err == nil {
+		conn.Close()
+		t.Errorf("%s still accepts connections after the example ended", m[1])
+	}
+}
+
+// With -redis it keeps the breaker's state in that Redis and starts none.
+func TestProductionUsesGivenRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	text := checkRun(t, config{redis: srv.Addr(), metrics: "127.0.0.1:0"})
+	if strings.Contains(text, "redis-server") {
+		t.Errorf("with -redis the example mentions a redis-server of its own:\n%s", text)
+	}
+	n, err := srv.Client(t).DBSize(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Errorf("no key in the Redis given with -redis: the breaker kept its state elsewhere?\n%s", text)
+	}
+}
