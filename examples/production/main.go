@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
@@ -66,10 +67,17 @@ func main() {
 	flag.StringVar(&cfg.redis, "redis", "", "address of the Redis the fleet shares (default: start a redis-server on a free loopback port)")
 	flag.StringVar(&cfg.metrics, "metrics", "127.0.0.1:9464", "loopback address to serve Prometheus /metrics on")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// Ctrl-C shuts everything down as the end of the scenario does,
+	// redis-server included; a second one ends the program at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
 	err := run(ctx, os.Stdout, cfg)
 	stop()
-	if err != nil {
+	switch {
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintln(os.Stderr, "interrupted")
+		os.Exit(130)
+	case err != nil:
 		log.Fatal(err)
 	}
 }

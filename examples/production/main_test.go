@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -29,12 +31,11 @@ func requireRedis(t *testing.T) {
 
 // checkRun runs the example with cfg and checks that its transcript shows
 // the trip, the rejections, the recovery and a scrape of /metrics with the
-// breaker's series in it, and that it left no goroutine behind.
+// breaker's series in it.
 func checkRun(t *testing.T, cfg config) string {
 	t.Helper()
-	before := runtime.NumGoroutine()
 	var out bytes.Buffer
-	if err := run(context.Background(), &out, cfg); err != nil {
+	if err := runNoLeak(t, context.Background(), &out, cfg); err != nil {
 		t.Fatalf("run: %v\n%s", err, &out)
 	}
 	text := out.String()
@@ -56,8 +57,15 @@ func checkRun(t *testing.T, cfg config) string {
 	if trip, back := strings.Index(text, "closed -> open"), strings.Index(text, "half-open -> closed"); trip > back {
 		t.Errorf("the example prints the recovery before the trip:\n%s", text)
 	}
-	// Its goroutines end as it shuts down; those of Close's own waiting
-	// are given a moment.
+	return text
+}
+
+// runNoLeak runs the example and checks that its goroutines ended with it;
+// those of Close's own waiting are given a moment.
+func runNoLeak(t *testing.T, ctx context.Context, w io.Writer, cfg config) error {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	err := run(ctx, w, cfg)
 	var after int
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if after = runtime.NumGoroutine(); after <= before || time.Now().After(deadline) {
@@ -68,16 +76,13 @@ func checkRun(t *testing.T, cfg config) string {
 		buf := make([]byte, 1<<20)
 		t.Errorf("%d goroutines before the run, %d after:\n%s", before, after, buf[:runtime.Stack(buf, true)])
 	}
-	return text
+	return err
 }
 
-var started = regexp.MustCompile(`No -redis given: started redis-server on (127\.0\.0\.1:\d+) \(pid \d+\)\.\n`)
-
-// Without -redis it starts a redis-server of its own, and stops it at the
-// end.
-func TestProductionStartsItsOwnRedis(t *testing.T) {
-	requireRedis(t)
-	text := checkRun(t, config{metrics: "127.0.0.1:0"})
+// checkRedisStopped checks that the transcript says the example started a
+// redis-server and stopped it, and that it no longer listens.
+func checkRedisStopped(t *testing.T, text string) {
+	t.Helper()
 	m := started.FindStringSubmatch(text)
 	if m == nil {
 		t.Fatalf("the example does not say it started a redis-server:\n%s", text)
@@ -89,6 +94,44 @@ func TestProductionStartsItsOwnRedis(t *testing.T) {
 		conn.Close()
 		t.Errorf("%s still accepts connections after the example ended", m[1])
 	}
+}
+
+var started = regexp.MustCompile(`No -redis given: started redis-server on (127\.0\.0\.1:\d+) \(pid \d+\)\.\n`)
+
+// Without -redis it starts a redis-server of its own, and stops it at the
+// end.
+func TestProductionStartsItsOwnRedis(t *testing.T) {
+	requireRedis(t)
+	checkRedisStopped(t, checkRun(t, config{metrics: "127.0.0.1:0"}))
+}
+
+// cancelOn cancels a context once the transcript shows want.
+type cancelOn struct {
+	bytes.Buffer
+	want   string
+	cancel context.CancelFunc
+}
+
+func (c *cancelOn) Write(p []byte) (int, error) {
+	n, err := c.Buffer.Write(p)
+	if strings.Contains(c.String(), c.want) {
+		c.cancel()
+	}
+	return n, err
+}
+
+// Interrupted while the breaker is open (main cancels run's context on
+// Ctrl-C), it shuts down as at the end: the redis-server it started
+// stopped, no goroutine left.
+func TestProductionInterruptStopsItsRedis(t *testing.T) {
+	requireRedis(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &cancelOn{want: "rejected by the breaker", cancel: cancel}
+	if err := runNoLeak(t, ctx, out, config{metrics: "127.0.0.1:0"}); !errors.Is(err, context.Canceled) {
+		t.Errorf("run interrupted: %v; want context.Canceled\n%s", err, out)
+	}
+	checkRedisStopped(t, out.String())
 }
 
 // With -redis it keeps the breaker's state in that Redis and starts none.
