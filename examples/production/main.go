@@ -50,6 +50,10 @@ const (
 	// scope names the dependency: every replica's calls to it share one
 	// breaker in Redis.
 	scope = "inventory"
+	// prefix starts the breaker's keys in Redis: pointed at a Redis that a
+	// fleet already uses, the demonstration's trip must not open that
+	// fleet's own inventory breaker. Leave it out in production.
+	prefix = "cbgrpc-example-production:"
 	// every is how often the client calls.
 	every = 100 * time.Millisecond
 	// outage is how long the dependency fails, from the fourth call on.
@@ -135,7 +139,7 @@ func run(ctx context.Context, w io.Writer, cfg config) (err error) {
 	go srv.Serve(lis)
 	defer srv.Stop()
 
-	b, err := cbgrpc.New(cbredis.New(rdb),
+	b, err := cbgrpc.New(cbredis.New(rdb, cbredis.WithPrefix(prefix)),
 		cbgrpc.WithPolicy(policy()),
 		cbgrpc.WithScope(func(context.Context, string, string) string { return scope }),
 		cbgrpc.WithTracerProvider(tel.tp),

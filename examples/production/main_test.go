@@ -134,18 +134,24 @@ func TestProductionInterruptStopsItsRedis(t *testing.T) {
 	checkRedisStopped(t, out.String())
 }
 
-// With -redis it keeps the breaker's state in that Redis and starts none.
+// With -redis it keeps the breaker's state in that Redis, under a prefix
+// of its own, and starts no redis-server.
 func TestProductionUsesGivenRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	text := checkRun(t, config{redis: srv.Addr(), metrics: "127.0.0.1:0"})
 	if strings.Contains(text, "redis-server") {
 		t.Errorf("with -redis the example mentions a redis-server of its own:\n%s", text)
 	}
-	n, err := srv.Client(t).DBSize(context.Background()).Result()
+	rdb := srv.Client(t)
+	ours, err := rdb.Keys(context.Background(), prefix+"*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n == 0 {
-		t.Errorf("no key in the Redis given with -redis: the breaker kept its state elsewhere?\n%s", text)
+	all, err := rdb.DBSize(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ours) == 0 || int64(len(ours)) != all {
+		t.Errorf("%d keys under %q in the Redis given with -redis, %d in all; want some, and no other\n%s", len(ours), prefix, all, text)
 	}
 }
