@@ -1,6 +1,7 @@
--- admit.lua: Admit. Runs after lib.lua; read.lua and write.lua go in at
--- the mark below (scripts.go): most admissions are of a closed scope, and
--- they answer before the helpers of reading and writing are made.
+-- admit.lua: Admit, its arguments and its hot path. Runs after lib.lua;
+-- read.lua, write.lua and then admit_write.lua follow it (scripts.go):
+-- most admissions are of a closed scope, and they answer here, before the
+-- helpers of reading and writing are made.
 --
 -- KEYS: state, window, probes, transitions, policy (see lib.lua)
 -- ARGV: 1-7 see lib.lua; 8 probe slots, 9 probe lease ms, 10 claim
@@ -21,54 +22,3 @@ local s = {state = hot[1], generation = stored_int('state', 'generation', hot[2]
 if hot[1] and born(s) and s.generation >= SEEN and (s.state == CLOSED or s.state == DISABLED) then
   return reply(s, false, nil, ALLOW)
 end
--- read.lua, write.lua
-s = begin(stored())
-if s.state == CLOSED or s.state == DISABLED then
-  -- Born just now, or a lapsed isolation ended.
-  return reply(s, false, nil, ALLOW)
-end
-if s.state == ISOLATED then
-  return reply(s, false, nil, REJECT)
-end
-
-local tr = false
-if s.state == OPEN then
-  if NOW < s.open_until then
-    return reply(s, false, nil, REJECT)
-  end
-  -- No timer moves the breaker: the first admission after the open period
-  -- does, and takes a probe slot in the same step.
-  s.state, s.probe_successes = HALF_OPEN, 0
-  redis.call('HSET', KEY_STATE, 'state', HALF_OPEN, 'probe_successes', 0)
-  tr = transition(s, OPEN, 'open period ended')
-end
-
-local raw = redis.call('HGETALL', KEY_PROBES)
-local live, earliest, mine = 0, false, false
-local expired = {}
-for i = 1, #raw, 2 do
-  local deadline = tonumber(raw[i + 1])
-  if deadline <= NOW then
-    expired[#expired + 1] = raw[i]
-  else
-    live = live + 1
-    if not earliest or deadline < earliest then
-      earliest = deadline
-    end
-    if raw[i] == CLAIM then
-      mine = true
-    end
-  end
-end
-hdel(KEY_PROBES, expired)
-
--- A retried admission keeps its slot, and its deadline: extending it would
--- let a retrying caller hold a slot forever.
-if mine then
-  return reply(s, tr, nil, PROBE)
-end
-if live < PROBES then
-  redis.call('HSET', KEY_PROBES, CLAIM, int(NOW + PROBE_LEASE))
-  return reply(s, tr, nil, PROBE)
-end
-return reply(s, tr, earliest - NOW, REJECT)

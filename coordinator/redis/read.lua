@@ -1,34 +1,19 @@
 -- read.lua: reading a scope: its state hash, its window, the policies
 -- Records carried. After lib.lua in every script (see scripts.go).
 
--- WITH_BATCHES: stored also reads the batch IDs (Record sets it).
-local WITH_BATCHES = false
-
--- stored reads the state hash; false when there is none.
+-- stored reads the state hash; false when there is none. It reads the
+-- fields STORED_FIELDS names, through decode_state (both made by
+-- stateLua in scripts.go): the breaker's, and for Record also batches,
+-- batch_count and reporters.
 local function stored()
-  local v
-  if WITH_BATCHES then
-    v = redis.call('HMGET', KEY_STATE, 'state', 'generation', 'opened_at', 'open_for',
-      'open_until', 'consecutive_failures', 'probe_successes', 'expires_at', 'gc_until', 'recovered_at', 'batches', 'batch_count',
-      'reporters')
-  else
-    v = redis.call('HMGET', KEY_STATE, 'state', 'generation', 'opened_at', 'open_for',
-      'open_until', 'consecutive_failures', 'probe_successes', 'expires_at', 'gc_until', 'recovered_at')
-  end
+  local v = redis.call('HMGET', KEY_STATE, unpack(STORED_FIELDS))
   if not v[1] then
     return false
   end
   if not CODE[v[1]] then
     error('state hash holds unknown state ' .. v[1])
   end
-  local function n(i, field)
-    return stored_int('state', field, v[i])
-  end
-  return {state = v[1], generation = n(2, 'generation'), opened_at = n(3, 'opened_at'),
-    open_for = n(4, 'open_for'), open_until = n(5, 'open_until'), consecutive_failures = n(6, 'consecutive_failures'),
-    probe_successes = n(7, 'probe_successes'), expires_at = n(8, 'expires_at'), gc_until = n(9, 'gc_until') or 0,
-    recovered_at = n(10, 'recovered_at') or 0, batches = v[11] or '', batch_count = n(12, 'batch_count') or 0,
-    reporters = v[13] or false}
+  return decode_state(v)
 end
 
 -- isolation_over: isolated for a set time that has passed.

@@ -59,7 +59,6 @@ local function mod()
   return MOD
 end
 
-WITH_BATCHES = true
 local s = begin(stored())
 -- One HSET per Record; only a new fingerprint prunes: the policies a
 -- window old, and all but the newest RECENT_POLICIES.

@@ -20,7 +20,8 @@ local function next_generation(prev)
   return math.max(prev + 1, NOW * 1000)
 end
 
--- save writes the whole state and gives the keys their lifetime. relabel
+-- save writes the whole state (encode_state, made by stateLua in
+-- scripts.go, and the batch IDs once Record changed them) and gives the keys their lifetime. relabel
 -- starts the window afresh, labelled with the generation.
 --
 -- Closed state is kept until expires_at, and its keys' lifetime is garbage
@@ -40,16 +41,9 @@ local function save(s, relabel)
     s.gc_until = 0
   end
   if s.batches_changed then
-    redis.call('HSET', KEY_STATE, 'state', s.state, 'generation', int(s.generation),
-      'opened_at', int(s.opened_at), 'open_for', int(s.open_for), 'open_until', int(s.open_until),
-      'consecutive_failures', int(s.consecutive_failures), 'probe_successes', int(s.probe_successes),
-      'expires_at', int(s.expires_at), 'gc_until', int(s.gc_until), 'recovered_at', int(s.recovered_at or 0),
-      'batches', s.batches, 'batch_count', int(s.batch_count))
+    redis.call('HSET', KEY_STATE, encode_state(s, 'batches', s.batches, 'batch_count', int(s.batch_count)))
   else
-    redis.call('HSET', KEY_STATE, 'state', s.state, 'generation', int(s.generation),
-      'opened_at', int(s.opened_at), 'open_for', int(s.open_for), 'open_until', int(s.open_until),
-      'consecutive_failures', int(s.consecutive_failures), 'probe_successes', int(s.probe_successes),
-      'expires_at', int(s.expires_at), 'gc_until', int(s.gc_until), 'recovered_at', int(s.recovered_at or 0))
+    redis.call('HSET', KEY_STATE, encode_state(s))
   end
   if relabel then
     redis.call('DEL', KEY_WINDOW)
