@@ -4,16 +4,16 @@
 s = begin(stored())
 if s.state == CLOSED or s.state == DISABLED then
   -- Born just now, or a lapsed isolation ended.
-  return reply(s, false, nil, ALLOW)
+  return reply(s, false, nil, 'verdict', ALLOW)
 end
 if s.state == ISOLATED then
-  return reply(s, false, nil, REJECT)
+  return reply(s, false, nil, 'verdict', REJECT)
 end
 
 local tr = false
 if s.state == OPEN then
   if NOW < s.open_until then
-    return reply(s, false, nil, REJECT)
+    return reply(s, false, nil, 'verdict', REJECT)
   end
   -- No timer moves the breaker: the first admission after the open period
   -- does, and takes a probe slot in the same step.
@@ -44,10 +44,10 @@ hdel(KEY_PROBES, expired)
 -- A retried admission keeps its slot, and its deadline: extending it would
 -- let a retrying caller hold a slot forever.
 if mine then
-  return reply(s, tr, nil, PROBE)
+  return reply(s, tr, nil, 'verdict', PROBE)
 end
 if live < PROBES then
   redis.call('HSET', KEY_PROBES, CLAIM, int(NOW + PROBE_LEASE))
-  return reply(s, tr, nil, PROBE)
+  return reply(s, tr, nil, 'verdict', PROBE)
 end
-return reply(s, tr, earliest - NOW, REJECT)
+return reply(s, tr, earliest - NOW, 'verdict', REJECT)

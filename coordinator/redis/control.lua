@@ -5,7 +5,7 @@
 -- ARGV: 1-7 see lib.lua; 8 command (isolate, release, disable, enable),
 --   9 note by, 10 note reason, 11 note for ms (isolate; 0 = until released),
 --   12 the reason of the transition the command makes
--- Reply: see reply in lib.lua, then 0 (nothing is stale).
+-- Reply: see reply in lib.lua, then stale: 0 (nothing is stale).
 local COMMAND = ARGV[8]
 local NOTE_BY = ARGV[9]
 local NOTE_REASON = ARGV[10]
@@ -63,4 +63,4 @@ local tr = false
 if s.state ~= from or (COMMAND == 'isolate' and s.open_until ~= ended) then
   tr = transition(s, from, REASON)
 end
-return reply(s, tr, nil, 0)
+return reply(s, tr, nil, 'stale', 0)

@@ -118,14 +118,18 @@ end
 
 -- reply builds the reply of every script, and publishes what the script
 -- did: first the lapse begin made, then tr, the script's own transition
--- (false: none). It reports tr, or else the lapse:
---   {state as of now, generation, retry after ms, now,
---    from, to, generation after, open until, reason, ramp left ms,
---    policy version, ...}
--- with from = -1 when nothing moved, then the script's own values (...).
+-- (false: none). The reply is name/value pairs, which the Go side reads
+-- by name (reply.go):
+--   state (as of now), generation, now,
+-- then, when tr or the lapse moved the breaker (tr reported first),
+--   moved_from, moved_to, moved_generation, moved_until (the open
+--   period's or isolation's end), moved_reason,
+-- then the script's own names and values (...), then retry_after (ms),
+-- ramp_left (ms) and policy_version, each only when it is not 0: the
+-- most frequent reply, a calm Admit's, is then the shortest.
 -- The ramp left is what remains of the ramp after a recovery while
 -- closed (RAMP_FOR; 0 when none).
--- The policy version is that of the scope's override ('0': none), so that
+-- The policy version is that of the scope's override (0: none), so that
 -- a caller learns of a change on its next round trip.
 -- retry nil: until the open period, or an isolation for a set time, ends
 -- (0 in any other state). The state as of now reads an open breaker whose
@@ -154,9 +158,22 @@ local function reply(s, tr, retry, ...)
     ramp = s.recovered_at + RAMP_FOR - NOW
   end
   local version = stored_int('policy', 'version', redis.call('HGET', KEY_POLICY, 'version')) or 0
+  local r
   if tr then
-    return {CODE[state], s.generation, retry, NOW,
-      CODE[tr.from], CODE[tr.to], tr.generation, tr.open_until, tr.reason, ramp, version, ...}
+    r = {'state', CODE[state], 'generation', s.generation, 'now', NOW, 'moved_from', CODE[tr.from],
+      'moved_to', CODE[tr.to], 'moved_generation', tr.generation, 'moved_until', tr.open_until,
+      'moved_reason', tr.reason, ...}
+  else
+    r = {'state', CODE[state], 'generation', s.generation, 'now', NOW, ...}
   end
-  return {CODE[state], s.generation, retry, NOW, -1, -1, 0, 0, '', ramp, version, ...}
+  if retry ~= 0 then
+    r[#r + 1], r[#r + 2] = 'retry_after', retry
+  end
+  if ramp ~= 0 then
+    r[#r + 1], r[#r + 2] = 'ramp_left', ramp
+  end
+  if version ~= 0 then
+    r[#r + 1], r[#r + 2] = 'policy_version', version
+  end
+  return r
 end

@@ -5,7 +5,8 @@
 --   (decimal), 9 the open period ms (capped by the caller), 10 reason
 --   If the rules opened the breaker from that generation and no push has
 --   set its period yet, the push sets it (pushable_generation).
--- Reply: see reply in lib.lua, then 1 if the push was stale, else 0.
+-- Reply: see reply in lib.lua, then stale: 1 if the push was stale,
+--   else 0.
 local GENERATION = ARGV[8]
 local PERIOD = tonumber(ARGV[9])
 local REASON = ARGV[10]
@@ -18,10 +19,10 @@ if from == OPEN and GENERATION ~= '0' and redis.call('HGET', KEY_STATE, 'pushabl
   s.open_for, s.open_until = PERIOD, NOW + PERIOD
   save(s, false)
   redis.call('HDEL', KEY_STATE, 'pushable_generation')
-  return reply(s, false, nil, 0)
+  return reply(s, false, nil, 'stale', 0)
 end
 if int(s.generation) ~= GENERATION or (from ~= CLOSED and from ~= HALF_OPEN) then
-  return reply(s, false, nil, 1)
+  return reply(s, false, nil, 'stale', 1)
 end
 local calls, failures, slow = 0, 0, 0
 if from == CLOSED and not s.newborn then
@@ -32,4 +33,4 @@ if from == CLOSED and not s.newborn then
 end
 open(s, PERIOD)
 tripped(s, REASON, calls, failures, slow)
-return reply(s, transition(s, from, REASON), nil, 0)
+return reply(s, transition(s, from, REASON), nil, 'stale', 0)

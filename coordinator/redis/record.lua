@@ -14,7 +14,10 @@
 --   of equal outcomes, in order: their generation (decimal), flags (1 =
 --   failure, 2 = slow, 3 = both, 4 = throttled: a request the caller
 --   rejected itself, no call) and how many
--- Reply: see reply in lib.lua, then what answer_record says.
+-- Reply: see reply in lib.lua, then stale, the outcomes of other
+--   generations; when the Record counted and left the breaker closed, the
+--   window's calls, failures, slow and throttled; and what mod.answer
+--   (replicas.lua) adds of the Record's replica.
 --
 -- Every Record carries its policy (Snapshot.Policies), stale or not,
 -- whatever the breaker's state, once begin has the scope born: the
@@ -91,7 +94,7 @@ if (s.state ~= CLOSED and s.state ~= DISABLED)
       end
     end
   end
-  return reply(s, false, nil, n, -1, 0, 0, 0)
+  return reply(s, false, nil, 'stale', n)
 end
 
 -- The window keeps running totals of its live buckets beside them, and
@@ -581,7 +584,7 @@ if counted == 0 then
   if moved then
     return MOD.answer(s, false, stale, R)
   end
-  return reply(s, false, nil, stale, -1, 0, 0, 0)
+  return reply(s, false, nil, 'stale', stale)
 end
 -- The replicas heard outlive the generation.
 if heard_changed or (R and R.heard_changed) then
@@ -589,7 +592,7 @@ if heard_changed or (R and R.heard_changed) then
 end
 if tr then
   -- The fleet tripped: the window started afresh with the generation.
-  return reply(s, tr, nil, stale, -1, 0, 0, 0)
+  return reply(s, tr, nil, 'stale', stale)
 end
 s.consecutive_failures, s.expires_at = consecutive, keep()
 save(s, relabel)
@@ -645,5 +648,5 @@ if moved then
   return MOD.answer(s, false, stale, R, other_calls + calls, other_failures + failures, other_slow + slow,
     other_throttled + throttled)
 end
-return reply(s, false, nil, stale, other_calls + calls, other_failures + failures, other_slow + slow,
-  other_throttled + throttled)
+return reply(s, false, nil, 'stale', stale, 'calls', other_calls + calls, 'failures', other_failures + failures,
+  'slow', other_slow + slow, 'throttled', other_throttled + throttled)

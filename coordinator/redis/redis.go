@@ -263,20 +263,7 @@ func (c *Coordinator) Admit(ctx context.Context, q coordinator.AdmitRequest) (co
 	if err != nil {
 		return coordinator.Decision{}, err
 	}
-	var r replyReader
-	d := coordinator.Decision{
-		Verdict:       coordinator.Verdict(r.int(a.rest, 0)),
-		State:         a.state,
-		Generation:    a.generation,
-		RetryAfter:    a.retryAfter,
-		RampLeft:      a.rampLeft,
-		Transition:    a.transition,
-		PolicyVersion: a.policyVersion,
-	}
-	if r.err != nil {
-		return coordinator.Decision{}, opError("admit", scope, r.err)
-	}
-	return d, nil
+	return admitted(scope, a)
 }
 
 // Record implements [coordinator.Coordinator].
@@ -337,33 +324,14 @@ func (c *Coordinator) Settle(ctx context.Context, q coordinator.SettleRequest) (
 }
 
 // result runs a script that writes on rdb, for a caller that has seen
-// generation seen, that replies with a [coordinator.Result]: the shared
-// part, then the number of stale outcomes, then, from a Record that
-// counted, the window's counts.
+// generation seen, that replies with a [coordinator.Result] (result in
+// reply.go).
 func (c *Coordinator) result(ctx context.Context, rdb goredis.Scripter, s *goredis.Script, op, scope string, p coordinator.Policy, seen uint64, args ...any) (coordinator.Result, error) {
 	a, err := c.call(ctx, rdb, s, op, scope, p, writes(seen), args...)
 	if err != nil {
 		return coordinator.Result{}, err
 	}
-	var r replyReader
-	res := coordinator.Result{
-		State:         a.state,
-		Generation:    a.generation,
-		Stale:         int(r.int(a.rest, 0)),
-		RetryAfter:    a.retryAfter,
-		RampLeft:      a.rampLeft,
-		Transition:    a.transition,
-		PolicyVersion: a.policyVersion,
-	}
-	if len(a.rest) > 1 {
-		// A Record that counted: the window's counts.
-		res.Calls, res.Failures, res.Slow = int(r.int(a.rest, 1)), int(r.int(a.rest, 2)), int(r.int(a.rest, 3))
-		res.Throttled = int(r.int(a.rest, 4))
-	}
-	if r.err != nil {
-		return coordinator.Result{}, opError(op, scope, r.err)
-	}
-	return res, nil
+	return result(op, scope, a)
 }
 
 // Snapshot implements [coordinator.Coordinator]. It runs a script that only
@@ -374,39 +342,5 @@ func (c *Coordinator) Snapshot(ctx context.Context, scope string, p coordinator.
 	if err != nil {
 		return coordinator.Snapshot{}, err
 	}
-	var r replyReader
-	s := coordinator.Snapshot{
-		Scope:               scope,
-		State:               a.state,
-		Generation:          a.generation,
-		Calls:               int(r.int(a.rest, 0)),
-		Failures:            int(r.int(a.rest, 1)),
-		Slow:                int(r.int(a.rest, 2)),
-		ConsecutiveFailures: int(r.int(a.rest, 3)),
-		OpenedAt:            unixMilli(r.int(a.rest, 4)),
-		OpenUntil:           unixMilli(r.int(a.rest, 5)),
-		ProbesInFlight:      int(r.int(a.rest, 6)),
-		ProbeSuccesses:      int(r.int(a.rest, 7)),
-	}
-	if at := r.int(a.rest, 11); at != 0 {
-		s.Operator = coordinator.Note{By: r.str(a.rest, 8), Reason: r.str(a.rest, 9), For: time.Duration(r.int(a.rest, 10)) * time.Millisecond}
-		s.ForcedAt = unixMilli(at)
-	}
-	s.Throttled = int(r.int(a.rest, 18))
-	n := int(r.int(a.rest, 19))
-	for i := 0; i < n && r.err == nil; i++ {
-		at := 20 + 4*i
-		until := unixMilli(r.int(a.rest, at+2))
-		s.Outliers = append(s.Outliers, coordinator.Outlier{Replica: replicaOf(r.str(a.rest, at)), Since: unixMilli(r.int(a.rest, at+1)),
-			Until: until, RetryAfter: max(0, until.Sub(time.UnixMilli(a.now))), Reason: r.str(a.rest, at+3)})
-	}
-	s.Policies = seenPolicies(&r, a.rest[min(20+4*n, len(a.rest)):])
-	if at := r.int(a.rest, 12); at != 0 {
-		s.LastTrip = coordinator.Trip{At: unixMilli(at), Reason: r.str(a.rest, 13), Generation: r.uint(a.rest, 14),
-			Calls: int(r.int(a.rest, 15)), Failures: int(r.int(a.rest, 16)), Slow: int(r.int(a.rest, 17))}
-	}
-	if r.err != nil {
-		return coordinator.Snapshot{}, opError("snapshot", scope, r.err)
-	}
-	return s, nil
+	return snapshotted(scope, a)
 }

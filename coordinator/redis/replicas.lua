@@ -70,16 +70,30 @@ local function replicas_module()
 
   -- answer is the Record's reply when its replica is an outlier or moved
   -- (r: what the rules say of it), which reply in lib.lua makes.
+  -- Besides the plain Record's (record.lua), it names the outlier
+  -- (outlier_since, outlier_until, outlier_reason) and the replica's own
+  -- transition (own_from, own_to, own_until, own_reason) when there is
+  -- one; c nil: the Record counted nothing, or left the breaker not
+  -- closed.
   function mod.answer(s, tr, stale, r, c, f, sl, thr)
-    local since, till, why = 0, 0, ''
+    local v = {'stale', stale}
+    if c then
+      for _, x in ipairs({'calls', c, 'failures', f, 'slow', sl, 'throttled', thr}) do
+        v[#v + 1] = x
+      end
+    end
     if r.x and r.x.till ~= 0 then
-      since, till, why = r.x.since, r.x.till, r.x.reason
+      for _, x in ipairs({'outlier_since', r.x.since, 'outlier_until', r.x.till, 'outlier_reason', r.x.reason}) do
+        v[#v + 1] = x
+      end
     end
-    local rf, rt, ru, rr = -1, -1, 0, ''
     if r.own_tr then
-      rf, rt, ru, rr = CODE[r.own_tr.from], CODE[r.own_tr.to], r.own_tr.open_until, r.own_tr.reason
+      for _, x in ipairs({'own_from', CODE[r.own_tr.from], 'own_to', CODE[r.own_tr.to],
+          'own_until', r.own_tr.open_until, 'own_reason', r.own_tr.reason}) do
+        v[#v + 1] = x
+      end
     end
-    return reply(s, tr, nil, stale, c or -1, f or 0, sl or 0, thr or 0, since, till, why, rf, rt, ru, rr)
+    return reply(s, tr, nil, unpack(v))
   end
 
   -- replica_codec makes the helpers that read and write the fields above.

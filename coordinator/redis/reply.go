@@ -18,33 +18,32 @@ type answer struct {
 	policyVersion uint64
 	now           int64 // the script's clock, Unix ms
 	transition    *coordinator.Transition
-	rest          []any
+	// own holds the whole reply, from which an operation reads its own
+	// names.
+	own *pairs
 }
 
-// shared is how many values of a reply answer reads:
-// {state, generation, retry after ms, now, from, to, generation after,
-// open until, reason, ramp left ms, policy version}.
-const shared = 11
-
 func readAnswer(reply []any, scope string) (answer, error) {
-	var r replyReader
+	p := readPairs(reply)
 	a := answer{
-		state:         coordinator.State(r.int(reply, 0)),
-		generation:    r.uint(reply, 1),
-		retryAfter:    time.Duration(r.int(reply, 2)) * time.Millisecond,
-		rampLeft:      time.Duration(r.int(reply, 9)) * time.Millisecond,
-		policyVersion: r.uint(reply, 10),
+		state:      coordinator.State(p.int("state")),
+		generation: p.uint("generation"),
+		retryAfter: time.Duration(p.zeroOr("retry_after")) * time.Millisecond,
+		rampLeft:   time.Duration(p.zeroOr("ramp_left")) * time.Millisecond,
+		now:        p.int("now"),
+		own:        p,
 	}
-	now, from := r.int(reply, 3), r.int(reply, 4)
-	a.now = now
-	if from >= 0 {
-		t := newTransition(scope, from, r.int(reply, 5), r.uint(reply, 6), now, r.int(reply, 7), r.str(reply, 8))
+	if p.has("policy_version") {
+		a.policyVersion = p.uint("policy_version")
+	}
+	if p.has("moved_from") {
+		t := newTransition(scope, p.int("moved_from"), p.int("moved_to"), p.uint("moved_generation"), a.now,
+			p.int("moved_until"), p.str("moved_reason"))
 		a.transition = &t
 	}
-	if r.err != nil {
-		return answer{}, r.err
+	if p.err != nil {
+		return answer{}, p.err
 	}
-	a.rest = reply[shared:]
 	return a, nil
 }
 
@@ -71,15 +70,107 @@ func unixMilli(ms int64) time.Time {
 	return time.UnixMilli(ms)
 }
 
-// replyReader reads a script's reply, keeping the first error so that a
-// reply of the wrong shape is reported rather than read as zeros.
-type replyReader struct{ err error }
-
 // errReply is a reply of the wrong shape. Redis answered, so it is not
 // Redis failing: a script replies what it read from the scope's keys, and
 // junk there (a number too large for a reply's integer, or none where
 // the reply needed one) is what bends a reply, so the scope is corrupt.
 var errReply = fmt.Errorf("%w: unexpected reply", coordinator.ErrCorruptState)
+
+// pairs is a script's reply read by name: the scripts reply name/value
+// pairs (reply in lib.lua), of which a reader takes the names it knows
+// and ignores the others. It keeps the first error, so that a reply of
+// the wrong shape, or without a name the reader needs, is reported rather
+// than read as zeros. A value a script could not make (nil, as from junk
+// it read) ends a Lua reply early, where a name is left without its
+// value: never a reply of pairs.
+type pairs struct {
+	values map[string]any
+	err    error
+}
+
+// readPairs reads reply as name/value pairs.
+func readPairs(reply []any) *pairs {
+	p := &pairs{values: make(map[string]any, len(reply)/2)}
+	if len(reply)%2 != 0 {
+		p.err = fmt.Errorf("%w: %d values, not name/value pairs", errReply, len(reply))
+		return p
+	}
+	for i := 0; i < len(reply); i += 2 {
+		name, ok := reply[i].(string)
+		if !ok {
+			p.err = fmt.Errorf("%w: value %d is %T, want a name", errReply, i, reply[i])
+			return p
+		}
+		p.values[name] = reply[i+1]
+	}
+	return p
+}
+
+// has reports whether the reply names name.
+func (p *pairs) has(name string) bool {
+	_, ok := p.values[name]
+	return ok
+}
+
+// value returns the value of name as a T, which the error calls want.
+func value[T any](p *pairs, name, want string) T {
+	var v T
+	if p.err != nil {
+		return v
+	}
+	raw, ok := p.values[name]
+	if !ok {
+		p.err = fmt.Errorf("%w: no %s", errReply, name)
+		return v
+	}
+	if v, ok = raw.(T); !ok {
+		p.err = fmt.Errorf("%w: %s is %T, want %s", errReply, name, raw, want)
+	}
+	return v
+}
+
+func (p *pairs) int(name string) int64 { return value[int64](p, name, "an integer") }
+
+// zeroOr is the integer value of name, or 0 when the reply leaves it
+// out.
+func (p *pairs) zeroOr(name string) int64 {
+	if !p.has(name) {
+		return 0
+	}
+	return p.int(name)
+}
+
+func (p *pairs) str(name string) string { return value[string](p, name, "a string") }
+
+func (p *pairs) uint(name string) uint64 {
+	n := p.int(name)
+	if n < 0 && p.err == nil {
+		p.err = fmt.Errorf("%w: negative %s %d", errReply, name, n)
+	}
+	return uint64(n)
+}
+
+// each calls f with each entry of the list name, name/value pairs each;
+// an entry of the wrong shape, or without a name f needs, is p's error.
+func (p *pairs) each(name string, f func(entry *pairs)) {
+	for _, raw := range value[[]any](p, name, "a list") {
+		if p.err != nil {
+			return
+		}
+		values, ok := raw.([]any)
+		if !ok {
+			p.err = fmt.Errorf("%w: an entry of %s is %T, want name/value pairs", errReply, name, raw)
+			return
+		}
+		entry := readPairs(values)
+		f(entry)
+		p.err = entry.err
+	}
+}
+
+// replyReader reads a reply of values by position, keeping the first
+// error: policy.lua's and HMGET's (policy.go).
+type replyReader struct{ err error }
 
 // read returns reply[i] as a T, which the error calls want.
 func read[T any](r *replyReader, reply []any, i int, want string) T {
@@ -102,62 +193,105 @@ func (r *replyReader) int(reply []any, i int) int64 { return read[int64](r, repl
 
 func (r *replyReader) str(reply []any, i int) string { return read[string](r, reply, i, "a string") }
 
-func (r *replyReader) uint(reply []any, i int) uint64 {
-	n := r.int(reply, i)
-	if n < 0 && r.err == nil {
-		r.err = fmt.Errorf("%w: negative generation %d", errReply, n)
-	}
-	return uint64(n)
-}
-
-// The values answer_record (record.lua) puts after the shared ones; the
-// outlier's and the replica's transition only when there is one.
-const (
-	recordStale = iota
-	recordCalls // -1: the Record counted nothing, or left the breaker not closed
-	recordFailures
-	recordSlow
-	recordThrottled
-	recordOutlierSince
-	recordOutlierUntil
-	recordOutlierReason
-	recordOwnFrom
-	recordOwnTo
-	recordOwnUntil
-	recordOwnReason
-)
-
-// recorded reads what a Record answered.
-func recorded(q coordinator.RecordRequest, a answer) (coordinator.Result, error) {
-	var r replyReader
-	res := coordinator.Result{
+// admitted reads what an Admit answered.
+func admitted(scope string, a answer) (coordinator.Decision, error) {
+	d := coordinator.Decision{
+		Verdict:       coordinator.Verdict(a.own.int("verdict")),
 		State:         a.state,
 		Generation:    a.generation,
-		Stale:         int(r.int(a.rest, recordStale)),
 		RetryAfter:    a.retryAfter,
 		RampLeft:      a.rampLeft,
 		Transition:    a.transition,
 		PolicyVersion: a.policyVersion,
 	}
-	if calls := r.int(a.rest, recordCalls); calls >= 0 {
-		res.Calls, res.Failures = int(calls), int(r.int(a.rest, recordFailures))
-		res.Slow, res.Throttled = int(r.int(a.rest, recordSlow)), int(r.int(a.rest, recordThrottled))
+	if a.own.err != nil {
+		return coordinator.Decision{}, opError("admit", scope, a.own.err)
 	}
-	if len(a.rest) > recordOutlierSince {
-		if until := r.int(a.rest, recordOutlierUntil); until != 0 {
-			res.Outlier = &coordinator.Outlier{Replica: q.Replica, Since: unixMilli(r.int(a.rest, recordOutlierSince)),
-				Until: unixMilli(until), RetryAfter: max(0, time.Duration(until-a.now)*time.Millisecond),
-				Reason: r.str(a.rest, recordOutlierReason)}
-		}
-		if from := r.int(a.rest, recordOwnFrom); from >= 0 && res.Transition == nil {
-			t := newTransition(q.Scope, from, r.int(a.rest, recordOwnTo), a.generation, a.now,
-				r.int(a.rest, recordOwnUntil), r.str(a.rest, recordOwnReason))
-			t.Replica = q.Replica
-			res.Transition = &t
-		}
+	return d, nil
+}
+
+// result reads what a script that writes answered as a
+// [coordinator.Result]: the shared part, then the number of stale
+// outcomes, then, from a Record that counted, the window's counts.
+func result(op, scope string, a answer) (coordinator.Result, error) {
+	p := a.own
+	res := coordinator.Result{
+		State:         a.state,
+		Generation:    a.generation,
+		Stale:         int(p.int("stale")),
+		RetryAfter:    a.retryAfter,
+		RampLeft:      a.rampLeft,
+		Transition:    a.transition,
+		PolicyVersion: a.policyVersion,
 	}
-	if r.err != nil {
-		return coordinator.Result{}, opError("record", q.Scope, r.err)
+	// calls is there when the Record counted and left the breaker closed.
+	if p.has("calls") {
+		res.Calls, res.Failures = int(p.int("calls")), int(p.int("failures"))
+		res.Slow, res.Throttled = int(p.int("slow")), int(p.int("throttled"))
+	}
+	if p.err != nil {
+		return coordinator.Result{}, opError(op, scope, p.err)
 	}
 	return res, nil
+}
+
+// recorded reads what a Record answered: a result, and what mod.answer
+// (replicas.lua) adds of its replica.
+func recorded(q coordinator.RecordRequest, a answer) (coordinator.Result, error) {
+	res, err := result("record", q.Scope, a)
+	if err != nil {
+		return res, err
+	}
+	p := a.own
+	if p.has("outlier_until") {
+		until := p.int("outlier_until")
+		res.Outlier = &coordinator.Outlier{Replica: q.Replica, Since: unixMilli(p.int("outlier_since")),
+			Until: unixMilli(until), RetryAfter: max(0, time.Duration(until-a.now)*time.Millisecond),
+			Reason: p.str("outlier_reason")}
+	}
+	if p.has("own_from") && res.Transition == nil {
+		t := newTransition(q.Scope, p.int("own_from"), p.int("own_to"), a.generation, a.now,
+			p.int("own_until"), p.str("own_reason"))
+		t.Replica = q.Replica
+		res.Transition = &t
+	}
+	if p.err != nil {
+		return coordinator.Result{}, opError("record", q.Scope, p.err)
+	}
+	return res, nil
+}
+
+// snapshotted reads what a Snapshot answered: of a scope that is not born
+// (generation 0), the shared part alone.
+func snapshotted(scope string, a answer) (coordinator.Snapshot, error) {
+	s := coordinator.Snapshot{Scope: scope, State: a.state, Generation: a.generation}
+	if a.generation == 0 {
+		return s, nil
+	}
+	p := a.own
+	s.Calls, s.Failures, s.Slow = int(p.int("calls")), int(p.int("failures")), int(p.int("slow"))
+	s.ConsecutiveFailures = int(p.int("consecutive_failures"))
+	s.OpenedAt, s.OpenUntil = unixMilli(p.int("opened_at")), unixMilli(p.int("open_until"))
+	s.ProbesInFlight, s.ProbeSuccesses = int(p.int("probes_in_flight")), int(p.int("probe_successes"))
+	if at := p.int("noted_at"); at != 0 {
+		s.Operator = coordinator.Note{By: p.str("note_by"), Reason: p.str("note_reason"),
+			For: time.Duration(p.int("note_for")) * time.Millisecond}
+		s.ForcedAt = unixMilli(at)
+	}
+	if at := p.int("trip_at"); at != 0 {
+		s.LastTrip = coordinator.Trip{At: unixMilli(at), Reason: p.str("trip_reason"), Generation: p.uint("trip_generation"),
+			Calls: int(p.int("trip_calls")), Failures: int(p.int("trip_failures")), Slow: int(p.int("trip_slow"))}
+	}
+	s.Throttled = int(p.int("throttled"))
+	p.each("outliers", func(e *pairs) {
+		until := unixMilli(e.int("until"))
+		s.Outliers = append(s.Outliers, coordinator.Outlier{Replica: replicaOf(e.str("replica")),
+			Since: unixMilli(e.int("since")), Until: until, RetryAfter: max(0, until.Sub(time.UnixMilli(a.now))),
+			Reason: e.str("reason")})
+	})
+	s.Policies = seenPolicies(p)
+	if p.err != nil {
+		return coordinator.Snapshot{}, opError("snapshot", scope, p.err)
+	}
+	return s, nil
 }

@@ -2,21 +2,21 @@ package redis
 
 import "github.com/cbgrpc/cbgrpc/coordinator"
 
-// seenPolicies reads the policies a Snapshot lists (snapshot.lua), four
-// values each, in the order the script gives them: newest first.
-func seenPolicies(r *replyReader, reply []any) []coordinator.SeenPolicy {
+// seenPolicies reads the policies a Snapshot lists (snapshot.lua), in the
+// order the script gives them: newest first.
+func seenPolicies(p *pairs) []coordinator.SeenPolicy {
 	var out []coordinator.SeenPolicy
-	for i := 0; i+3 < len(reply); i += 4 {
+	p.each("policies", func(e *pairs) {
 		// A policy encoded by a newer release may name a field this one
 		// does not know: it is listed with the fields read before it, its
 		// fingerprint still telling it apart.
-		p, _ := coordinator.DecodePolicy(r.str(reply, i+3))
+		policy, _ := coordinator.DecodePolicy(e.str("encoding"))
 		out = append(out, coordinator.SeenPolicy{
-			Fingerprint: r.str(reply, i),
-			Policy:      p,
-			Source:      coordinator.PolicySource(r.int(reply, i+2)),
-			At:          unixMilli(r.int(reply, i+1)),
+			Fingerprint: e.str("fingerprint"),
+			Policy:      policy,
+			Source:      coordinator.PolicySource(e.int("source")),
+			At:          unixMilli(e.int("at")),
 		})
-	}
+	})
 	return out
 }

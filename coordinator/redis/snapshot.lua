@@ -3,22 +3,23 @@
 --
 -- KEYS: state, window, probes, transitions, policy (see lib.lua)
 -- ARGV: 1-3 see lib.lua
--- Reply: see reply in lib.lua, then calls, failures, slow, consecutive
---   failures, opened at, open until (0 = none), probes in flight, probe
---   successes, note by, note reason, note for ms, noted at (0 = no note),
---   then the last trip: at (0 = none), reason, generation, calls,
---   failures, slow; then the window's throttled requests; the number of
---   outliers, then four values each, by replica: replica, since, until,
---   reason; then four values per policy Records carried within the last window (of the
---   layout the window was written with, else of the caller's), newest
---   first: fingerprint, at ms, source, encoding.
+-- Reply: see reply in lib.lua; then, of a scope that is born, calls,
+--   failures, slow, consecutive_failures, opened_at, open_until (0 =
+--   none), probes_in_flight, probe_successes; the operator's note:
+--   note_by, note_reason, note_for (ms), noted_at (0 = no note); the last
+--   trip: trip_at (0 = none), trip_reason, trip_generation, trip_calls,
+--   trip_failures, trip_slow; throttled, the window's throttled requests;
+--   outliers, a list of the outlying replicas in order, each {replica,
+--   since, until, reason} as name/value pairs; policies, a list of the
+--   policies Records carried within the last window (of the layout the
+--   window was written with, else of the caller's), newest first, each
+--   {fingerprint, at (ms), source, encoding} likewise.
 
 local s = stored()
 -- A scope that is not born, or whose isolation has ended, reads all zero:
 -- the next operation that writes gives it a new generation.
 if not born(s) or isolation_over(s) then
-  return reply({state = CLOSED, generation = 0}, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, '', '', 0, 0,
-    0, '', 0, 0, 0, 0, 0, 0)
+  return reply({state = CLOSED, generation = 0}, false, 0)
 end
 local w = window(s)
 local inflight = 0
@@ -26,13 +27,6 @@ for _, d in ipairs(redis.call('HVALS', KEY_PROBES)) do
   if tonumber(d) > NOW then
     inflight = inflight + 1
   end
-end
-local policies = {}
-for _, p in ipairs(seen_policies(NOW - w.width * w.buckets)) do
-  policies[#policies + 1] = p.fingerprint
-  policies[#policies + 1] = p.at
-  policies[#policies + 1] = p.source
-  policies[#policies + 1] = p.encoding
 end
 local found, codec = {}, replicas_module().codec()
 for id, raw in pairs(w.replicas) do
@@ -42,20 +36,22 @@ for id, raw in pairs(w.replicas) do
   end
 end
 table.sort(found, function(a, b) return codec.before(a.id, b.id) end)
-local outliers = {#found}
+local outliers, policies = {}, {}
 for _, e in ipairs(found) do
-  for _, value in ipairs({e.id, e.since, e.till, e.reason}) do
-    outliers[#outliers + 1] = value
-  end
+  outliers[#outliers + 1] = {'replica', e.id, 'since', e.since, 'until', e.till, 'reason', e.reason}
 end
-for _, p in ipairs(policies) do
-  outliers[#outliers + 1] = p
+for _, p in ipairs(seen_policies(NOW - w.width * w.buckets)) do
+  policies[#policies + 1] = {'fingerprint', p.fingerprint, 'at', p.at, 'source', p.source, 'encoding', p.encoding}
 end
 local v = redis.call('HMGET', KEY_STATE, 'note_by', 'note_reason', 'note_for', 'noted_at',
   'trip_at', 'trip_reason', 'trip_generation', 'trip_calls', 'trip_failures', 'trip_slow')
-return reply(s, false, nil,
-  w.current.calls + w.others.calls, w.current.failures + w.others.failures, w.current.slow + w.others.slow,
-  s.consecutive_failures, s.opened_at, s.open_until, inflight, s.probe_successes,
-  v[1] or '', v[2] or '', tonumber(v[3] or 0), tonumber(v[4] or 0),
-  tonumber(v[5] or 0), v[6] or '', tonumber(v[7] or 0), tonumber(v[8] or 0), tonumber(v[9] or 0), tonumber(v[10] or 0),
-  w.throttled, unpack(outliers))
+local out = {
+  'calls', w.current.calls + w.others.calls, 'failures', w.current.failures + w.others.failures,
+  'slow', w.current.slow + w.others.slow, 'consecutive_failures', s.consecutive_failures,
+  'opened_at', s.opened_at, 'open_until', s.open_until, 'probes_in_flight', inflight,
+  'probe_successes', s.probe_successes,
+  'note_by', v[1] or '', 'note_reason', v[2] or '', 'note_for', tonumber(v[3] or 0), 'noted_at', tonumber(v[4] or 0),
+  'trip_at', tonumber(v[5] or 0), 'trip_reason', v[6] or '', 'trip_generation', tonumber(v[7] or 0),
+  'trip_calls', tonumber(v[8] or 0), 'trip_failures', tonumber(v[9] or 0), 'trip_slow', tonumber(v[10] or 0),
+  'throttled', w.throttled, 'outliers', outliers, 'policies', policies}
+return reply(s, false, nil, unpack(out))
