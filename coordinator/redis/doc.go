@@ -19,59 +19,18 @@
 //
 // # Keys
 //
-// A scope's keys are, with h the SHA-256 of the scope in hex:
-//
-//	<prefix>v2:{h}:state           hash: the breaker
-//	<prefix>v2:{h}:window          hash: the generation label and the buckets of the window
-//	<prefix>v2:{h}:probes          hash: probe leases, claim -> deadline (Unix ms)
-//	<prefix>v2:{h}:transitions     the scope's transition channel (pub/sub, not a key); it also carries "policy <version>" when the scope's override changes
-//	<prefix>v2:{fleet}:heartbeat       the heartbeat channel (pub/sub) every Watch shares, on a single server;
-//	                                   :heartbeat:<level>.<group> once it has split (more than 1,000 followers)
-//	<prefix>v2:{hb<n>}:heartbeat...    on a Cluster, the same channels, one tag per node (heartbeatBase)
-//	<prefix>v2:{h}:policy          hash: the scope's policy override (override, version, by, reason, at), never expiring
-//	<prefix>v2:{fleet}:policy      hash: the fleet default, likewise, in a slot of its own
-//	<prefix>v2:{fleet}:policy-changes  the fleet default's channel: "policy <version>"
-//
-// under the prefix "cbgrpc:" unless [WithPrefix] says otherwise. The shared
-// hash tag puts them in one Redis Cluster slot, whatever bytes the scope
-// holds. "v2" is the version of this layout: coordinators of another layout
-// use other names, so a rolling deploy never mixes layouts (the old and the
-// new replicas then keep separate breakers until the deploy ends).
-//
-// The state hash holds the fields state ("closed", "open", "half-open",
-// "isolated" or "disabled"), generation, opened_at, open_for, open_until,
-// consecutive_failures, probe_successes, expires_at (when a closed
-// generation is past keeping), pushable_generation (while open by the
-// rules and no server pushback has set the period: the generation it
-// opened from), scope (the readable scope, for operators)
-// and, while isolated or disabled, the operator's note: note_by,
-// note_reason, note_for, noted_at; and for each policy Records carried
-// (coordinator.Snapshot.Policies), policy:<fingerprint> holding "<ms>
-// <source> <encoding>", at most [implement.RecentPolicies] of them. Times
-// are Unix milliseconds. reporters holds the replicas heard last
-// (Policy.Outliers), which outlive generations.
-//
-// The window hash keeps its metadata and its buckets apart by the form of
-// the field name: metadata fields are words (generation: the generation
-// its buckets belong to), bucket fields are decimal numbers (the bucket's
-// index, its start in Unix ms divided by the bucket width) holding "calls
-// failures slow". A field is read as a bucket only if it parses as a
-// number, so metadata can be added without a new layout: the requests
-// callers throttled (coordinator.Outcome.Throttled) are kept so, in fields
-// throttled:<index> with their running total (throttled, throttled_head),
-// present only while the window holds some; and so is the layout the
-// buckets were written with (width: the bucket width in ms, buckets: how
-// many), which every reader reads them with, and the start of the last
-// bucket a Record of it counted in (laid_at): a Record under another
-// layout counts in it while that was within a window of it, and re-lays
-// it into its own after (record.lua); and the replicas that failed in the
-// generation, replica:<id>, with the fleet's run's number and their count
-// in replicas (replicas.lua).
-//
-// Closed state, its window and its batch IDs expire together a moment
-// after the window has passed (key TTLs are garbage collection only:
-// decisions compare expires_at with the clock). Open, half-open, isolated
-// and disabled state never expires.
+// A scope's keys (its breaker's state hash, its window, its probe leases
+// and its policy override, with its transition channel) share one hash
+// tag made of the SHA-256 of the scope, so one Redis Cluster slot,
+// whatever bytes the scope holds; the fleet's keys and the heartbeat
+// channels have tags of their own. Every name begins with the prefix
+// ("cbgrpc:" unless [WithPrefix] says otherwise) and the version of the
+// layout, so a rolling deploy never mixes layouts. The key layout, every
+// key and every hash field, is described once, in docs/architecture.md
+// ("Redis key layout"). Closed state and its window expire a moment after
+// the window has passed (key TTLs are garbage collection only: decisions
+// compare times with the clock); open, half-open, isolated and disabled
+// state never expires.
 //
 // # Generations
 //
@@ -98,35 +57,16 @@
 // isolation whose time has passed, and publishes that too.
 //
 // A feed proves that it still hears what the coordinator publishes, since
-// a subscription can go silent without an error (kept on a demoted master
-// after a failover, half-open, behind a proxy that stopped forwarding, on
-// a node that lost the slot). Through the client's command connections,
-// as the scripts publish, the Watches publish heartbeats that their
-// subscriptions follow: every 500 ms ([WithHeartbeat]) one of the Watches
-// that share a heartbeat channel publishes on it (a script, heartbeat.lua),
-// and the others hear it. Each heartbeat carries the replication ID of the
-// node it ran on, which a replica shares with its master and a failover
-// makes anew. A Watch reports the feed lost ([coordinator.ErrFeedLost],
-// saying why) when a heartbeat reaches no subscriber on the node the
-// commands go to (a failover, a moved slot), when one heard, or the node a
-// Watch publishes to, has another replication ID than the subscription
-// heard first (a demoted master now relaying a new one's stream, with a
-// gap), when none has come for 1.5 s (three periods), or when Redis
-// unsubscribes a channel on its own (a slot that moved): within 2 s of the
-// fault, or of the client's following a failover. What no heartbeat tells
-// is a subscription left on an old master that others still publish to
-// while the Watch's commands go to a new one (a split brain); heartbeat.go
-// says what the Watch does then. A Watch that follows no scope holds no
-// subscription and sends no heartbeat. A message on a followed channel
-// that no script of this module published (anyone with PUBLISH can send
-// one) is ignored and counted ([Coordinator.IgnoredMessages]); it does not
-// end the feed. The cost, per node that serves a
-// scope a replica follows: two commands a second per shared channel,
-// which all its followers receive, and nothing per replica. On a single
-// server every Watch of the prefix shares one channel; on a Cluster,
-// every Watch subscribed to the node. A channel with more than 1,000
-// followers splits, so that a heartbeat never holds the node long
-// (2.1-2.6 µs a follower).
+// a subscription can go silent without an error: through the client's
+// command connections, as the scripts publish, one of the Watches that
+// share a heartbeat channel publishes a heartbeat on it every 500 ms
+// ([WithHeartbeat]; heartbeat.lua), and the others hear it. A Watch
+// reports the feed lost ([coordinator.ErrFeedLost], saying why) within
+// 2 s of a fault its heartbeats can tell. A message on a followed channel
+// that no script of this module published is ignored and counted
+// ([Coordinator.IgnoredMessages]). The protocol, what it tells and what it
+// cannot, and its cost are in docs/architecture.md ("The feed's liveness
+// protocol").
 //
 // An operator's commands ([Coordinator.Isolate], Release, Disable and
 // Enable, of [coordinator.Controller]) run one script, control.lua, and

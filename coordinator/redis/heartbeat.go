@@ -11,76 +11,15 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
-// A subscription can go silent without an error: kept on a demoted master
-// after a failover (go-redis never closes a pub/sub connection to the old
-// master), half-open, behind a proxy that stopped forwarding, or on a
-// Cluster node that no longer serves the slot. So a Watch proves its feed
-// end to end with heartbeats on a channel that each of its subscriptions
-// follows besides the scopes' channels: the shared heartbeat channel
-// (sharedChannel), which every Watch on a single server follows, and on a
-// Cluster every Watch subscribed to the node (in a slot of that node,
-// heartbeatBase). Every heartbeat period (WithHeartbeat; 500 ms by
-// default) one of them publishes on it, through the client's command
-// connections, which go where the scripts' PUBLISH goes, and the rest hear
-// it: a Watch publishes unless it heard another's heartbeat within the
-// last period (so the one that published last goes on, and the first to
-// notice a silence takes over). Two that published at once hear each
-// other, and the one with the greater id yields. So a hot scope's master
-// runs about two heartbeats a second per thousand replicas that follow it
-// (a channel splits past that, sharedheartbeat.go), not two per replica.
-//
-// A heartbeat (heartbeat.lua) carries the replication ID of the node it
-// runs on: the master's, which its replicas take on as they follow it, and
-// which a replica promoted by a failover makes anew. A subscription keeps
-// the first it hears.
-//
-// The feed is lost when:
-//   - a heartbeat reaches no subscriber on the node the commands go to:
-//     the publisher's subscription is not there (a failover, a moved slot);
-//   - a heartbeat heard, or the reply to one published, carries another
-//     replication ID than the subscription keeps: the subscription hears
-//     another master's stream than it did (a demoted master made a
-//     replica of the new one, which delivers what the new master
-//     publishes once it has resynchronised, but not what came before:
-//     0.8 s of heartbeats, measured with redistest's Sentinel), or the
-//     Watch publishes to another master than it hears;
-//   - no heartbeat has come for three periods: the path from the node is
-//     broken;
-//   - Redis unsubscribes a channel on its own: its slot moved, or a
-//     Cluster master was demoted (see confirmed).
-//
-// With the default period, within 2 s, worst case: a path that breaks at F
-// has delivered its last heartbeat at H <= F, and the reader's read
-// deadline is H + 3 periods (plus the time the reader waited for Next to
-// take a transition, which is no silence), so Next reports the loss by
-// F + 1.5 s; a failover by the first heartbeat published on the new master
-// once the old one follows it, or by the first the Watch sends there when
-// none of its kind follows there (measured after the replica's promotion
-// with Sentinel, whose announcement takes most of it: 0.5-1.3 s; 0.05 s
-// on a Cluster, by the unsubscription). A false alarm takes three periods
-// in a row with no heartbeat, a stall of 1 s; with the package's tests in
-// parallel under -race on 2 cores, heartbeats came at most 502 ms apart.
-//
-// What no heartbeat can tell: a Watch whose commands go to a new master
-// while its subscription stays on an old one that others still publish
-// to, as in a split brain (a master cut off from the Sentinels but not
-// from some clients) or a proxy that moved only new connections. The
-// heartbeats it hears are whole; it learns the new master's answers from
-// its own calls' replies, and tells the difference the first time it
-// publishes a heartbeat itself, or once the old master rejoins as a
-// replica (the next heartbeat it relays carries the new ID) or the last
-// Watch that publishes there moves (silence). Redis's min-replicas-to-write
-// keeps such a master from taking the stale Watches' writes, their trips
-// among them, but not their heartbeats, which write nothing.
-//
-// The cost, per node that serves a scope the replica follows: a command a
-// period per shared channel, which every follower of it receives, and
-// nothing per replica. Redis spends 19 µs on the heartbeat script on a
-// busy server (BenchmarkBusyServer), several times that on an idle one,
-// where each command is its own turn of the event loop, and 2.1-2.6 µs
-// for each follower a heartbeat reaches, all in one turn (10-18 µs each
-// on an idle server over loopback, BenchmarkIdleServer), which is why a
-// channel splits past 1,000 followers (sharedheartbeat.go).
+// Heartbeats prove a Watch's feed end to end: every period one of the
+// Watches that share a heartbeat channel (sharedheartbeat.go) publishes
+// on it, through the command connections, a heartbeat carrying the
+// replication ID of the node it ran on (heartbeat.lua), and the feed is
+// lost when one reaches no subscriber, carries another ID than the
+// subscription heard first, or does not come for silencePeriods. The
+// protocol, what it tells and what it cannot, is described in
+// docs/architecture.md ("The feed's liveness protocol").
+
 // The defaults; WithHeartbeat sets another period.
 const (
 	heartbeatEvery = 500 * time.Millisecond

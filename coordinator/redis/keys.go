@@ -5,16 +5,17 @@ import (
 	"encoding/hex"
 )
 
-// layout is the version of the key layout, part of every key and channel
-// name, so that coordinators of two layouts in one fleet (a rolling
+// layout is the version of the key layout (docs/architecture.md, "Redis
+// key layout"), part of every key and channel name, so that coordinators of two layouts in one fleet (a rolling
 // deploy) never read or write each other's data.
 const layout = "v2"
 
-// keys are a scope's keys, in the order the scripts take them (see
-// lib.lua). The fourth is the scope's transition channel, passed with the
-// keys so that it shares their hash tag, and so their cluster slot: a
-// sharded PUBLISH from the script must stay in the slot the script runs in.
-// The last is the scope's policy override (policy.go).
+// keys are a scope's keys, in the order the scripts take them
+// (docs/architecture.md, "Redis key layout"). The fourth is the scope's
+// transition channel, passed with the keys so that it shares their hash
+// tag, and so their cluster slot: a sharded PUBLISH from the script must
+// stay in the slot the script runs in. The last is the scope's policy
+// override (policy.go).
 type keys [5]string
 
 // Indexes of keys.

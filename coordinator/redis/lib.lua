@@ -1,55 +1,20 @@
 -- lib.lua: shared by every script: its arguments, the clock, and the
--- answer. The Go side prepends it, after a line naming the publish command
--- (PUBLISH, or SPUBLISH on a Redis Cluster), to each script, so that every
--- operation stays a single EVALSHA; read.lua (reading a scope) and, in the
--- scripts that write, write.lua (changing it) follow (scripts.go).
+-- answer. scripts.go assembles each script from its parts: a line naming
+-- the publish command (PUBLISH, or SPUBLISH on a Redis Cluster), this
+-- file, and read.lua (reading a scope) and, in the scripts that write,
+-- write.lua (changing it), so that every operation stays a single
+-- EVALSHA.
 --
--- KEYS (every script; one hash tag, so one cluster slot):
---   1 state        hash: the breaker (fields below)
---   2 window       hash: field generation labels the buckets; head, calls,
---                  failures, slow: running totals of the live buckets, up
---                  to bucket head; throttled:<index>, the requests callers
---                  throttled in a bucket, with throttled and throttled_head
---                  their running total (only once some were counted);
---                  width and buckets, the layout the buckets were written
---                  with (bucket width ms, bucket count; see window), and
---                  laid_at, the start of the last bucket a Record of
---                  that layout counted in;
---                  every other field is a bucket, named by its index
---                  (start ms / width), holding "calls failures slow"
---   3 probes       hash: probe leases, claim -> deadline ms
---   4 transitions  the scope's pub/sub channel (not a key)
---   5 policy       hash: the scope's policy override (policy.lua); every
---                  reply carries its version
+-- KEYS (every script; one hash tag, so one cluster slot): 1 state,
+--   2 window, 3 probes, 4 transitions (the scope's channel, not a key),
+--   5 policy. What each key and hash field holds is described once, in
+--   docs/architecture.md ("Redis key layout").
 -- ARGV (every script): 1 now ms ('' = the server's TIME), 2 bucket width ms,
 --   3 buckets. Scripts that write add 4 the readable scope, 5 the GC
 --   margin ms, 6 the highest generation of the scope the caller has seen
 --   (decimal, 0 = none: the request's Seen) and 7 the ramp after a
 --   recovery, ms (Policy.RampFor; 0 = none); each script's own ARGV
 --   follow, from 8 on.
---
--- State hash fields: state (closed, open, half-open, isolated, disabled),
--- generation, opened_at (when it last opened or was isolated), open_for
--- (the current open period), open_until (end of the open period or of an
--- isolation; 0 = none, or isolated until released), consecutive_failures,
--- probe_successes, expires_at (closed: when every bucket its generation can
--- write has left the window), gc_until (closed: the keys' lifetime ends a
--- GC margin after it; 0 otherwise), recovered_at (closed after open,
--- half-open or isolated: when, the start of the ramp; 0 otherwise),
--- pushable_generation (open by the rules, until a push sets the period:
--- the generation it opened from), scope (the readable scope, for operators),
--- while isolated or disabled the operator's note: note_by, note_reason,
--- note_for (ms), noted_at; batches, the IDs of the last batches Record
--- counted, each followed by a NUL byte, and batch_count, how many; and
--- once it has opened by its rules, the last
--- trip: trip_at, trip_reason, trip_generation, trip_calls, trip_failures,
--- trip_slow; and per policy Records carried, policy:<fingerprint> =
--- "<ms> <source> <encoding>" (see seen_policies). Times are Unix ms of the
--- coordinator's clock.
---
--- The window key lives as long as the state hash and carries the
--- generation of its buckets, so that a state hash lost on its own leaves
--- the floor for the next generation behind.
 
 local KEY_STATE, KEY_WINDOW, KEY_PROBES, CHANNEL, KEY_POLICY = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local NOW = tonumber(ARGV[1]) -- nil: the server's TIME, read below

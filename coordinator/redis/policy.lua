@@ -5,10 +5,11 @@
 -- still the one the caller read, so that two operators' changes never
 -- lose one another: on a conflict the caller reads again.
 --
--- KEYS: 1 the policy hash of a scope (in its slot, see lib.lua) or of the
---   fleet default: fields override (coordinator.Override.String, '' once
+-- KEYS: 1 the policy hash of a scope (in its slot) or of the fleet
+--   default: fields override (coordinator.Override.String, '' once
 --   reset), version, by, reason, at (Unix ms); 2 the channel its changes
 --   go out on (not a key): the scope's transitions, or the fleet's own
+--   (docs/architecture.md, "Redis key layout")
 -- ARGV: 1 now ms ('' = the server's TIME), 2 the version the caller read
 --   ('0' = none), 3 the override to store ('' = none: a reset), 4 by,
 --   5 reason
