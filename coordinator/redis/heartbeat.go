@@ -97,8 +97,14 @@ func (w *watch) publish() {
 	defer w.mu.Unlock()
 	for _, b := range beats {
 		reply, err := b.sent.Slice()
-		if err == nil && len(reply) != 2 {
-			err = fmt.Errorf("redis coordinator: heartbeat: unexpected reply %v", reply)
+		var reached int64
+		var replid string
+		if err == nil {
+			p := readPairs(reply)
+			reached, replid = p.int("followers"), p.str("replid")
+			if p.err != nil {
+				err = fmt.Errorf("redis coordinator: heartbeat: unexpected reply %v", reply)
+			}
 		}
 		switch {
 		case b.s.closed:
@@ -110,13 +116,11 @@ func (w *watch) publish() {
 			// The heartbeat will not come: the reader reports the silence.
 			b.s.unsent = err
 		default:
-			n, _ := reply[0].(int64)
-			replid, _ := reply[1].(string)
-			if err := b.s.lineage(n, replid); err != nil {
+			if err := b.s.lineage(reached, replid); err != nil {
 				w.failLocked(err)
 				continue
 			}
-			b.s.unsent, b.s.followers = nil, int(n)
+			b.s.unsent, b.s.followers = nil, int(reached)
 		}
 	}
 }

@@ -11,7 +11,8 @@
 --   of its slot, heartbeatBase)
 -- ARGV: 1 the Watch's id, 2 how many followers its previous heartbeat
 --   on the channel reached ('' = not known)
--- Reply: {followers reached, master_replid}
+-- Reply: name/value pairs: followers, how many it reached; replid, the
+--   node's master_replid
 local CHANNEL = KEYS[1]
 local ID = ARGV[1]
 local FOLLOWERS = ARGV[2]
@@ -22,4 +23,4 @@ local message = ID .. ' ' .. replid
 if FOLLOWERS ~= '' then
   message = message .. ' ' .. FOLLOWERS
 end
-return {redis.call(PUBLISH, CHANNEL, message), replid}
+return {'followers', redis.call(PUBLISH, CHANNEL, message), 'replid', replid}

@@ -324,14 +324,14 @@ func (c *Coordinator) Settle(ctx context.Context, q coordinator.SettleRequest) (
 }
 
 // result runs a script that writes on rdb, for a caller that has seen
-// generation seen, that replies with a [coordinator.Result] (result in
+// generation seen, that replies with a [coordinator.Result] (resulted in
 // reply.go).
 func (c *Coordinator) result(ctx context.Context, rdb goredis.Scripter, s *goredis.Script, op, scope string, p coordinator.Policy, seen uint64, args ...any) (coordinator.Result, error) {
 	a, err := c.call(ctx, rdb, s, op, scope, p, writes(seen), args...)
 	if err != nil {
 		return coordinator.Result{}, err
 	}
-	return result(op, scope, a)
+	return resulted(op, scope, a)
 }
 
 // Snapshot implements [coordinator.Coordinator]. It runs a script that only

@@ -210,10 +210,10 @@ func admitted(scope string, a answer) (coordinator.Decision, error) {
 	return d, nil
 }
 
-// result reads what a script that writes answered as a
+// resulted reads what a script that writes answered as a
 // [coordinator.Result]: the shared part, then the number of stale
 // outcomes, then, from a Record that counted, the window's counts.
-func result(op, scope string, a answer) (coordinator.Result, error) {
+func resulted(op, scope string, a answer) (coordinator.Result, error) {
 	p := a.own
 	res := coordinator.Result{
 		State:         a.state,
@@ -238,7 +238,7 @@ func result(op, scope string, a answer) (coordinator.Result, error) {
 // recorded reads what a Record answered: a result, and what mod.answer
 // (replicas.lua) adds of its replica.
 func recorded(q coordinator.RecordRequest, a answer) (coordinator.Result, error) {
-	res, err := result("record", q.Scope, a)
+	res, err := resulted("record", q.Scope, a)
 	if err != nil {
 		return res, err
 	}
