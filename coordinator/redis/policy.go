@@ -75,11 +75,11 @@ func (c *Coordinator) changeOverride(ctx context.Context, op string, t coordinat
 		if err != nil {
 			return fail(err)
 		}
-		var r replyReader
-		outcome := r.int(reply, 0)
-		stored, err := readLayer(reply[1:])
-		if r.err != nil || err != nil {
-			return fail(errors.Join(r.err, err))
+		p := readPairs(reply)
+		outcome := p.int("outcome")
+		stored, err := readLayer([]any{p.str("override"), p.str("version"), p.str("by"), p.str("reason"), p.str("at")})
+		if p.err != nil || err != nil {
+			return fail(errors.Join(p.err, err))
 		}
 		if outcome < 0 {
 			continue

@@ -13,9 +13,10 @@
 -- ARGV: 1 now ms ('' = the server's TIME), 2 the version the caller read
 --   ('0' = none), 3 the override to store ('' = none: a reset), 4 by,
 --   5 reason
--- Reply: {outcome, override, version, by, reason, at}, what is stored
---   after the script; outcome 1 stored and published, 0 nothing to change
---   (a reset of no override), -1 the version moved since the caller read.
+-- Reply: name/value pairs: outcome, then override, version, by, reason
+--   and at, what is stored after the script; outcome 1 stored and
+--   published, 0 nothing to change (a reset of no override), -1 the
+--   version moved since the caller read.
 local KEY, CHANNEL = KEYS[1], KEYS[2]
 local NOW = tonumber(ARGV[1])
 local READ = ARGV[2]
@@ -34,15 +35,19 @@ end
 
 local v = redis.call('HMGET', KEY, 'override', 'version', 'by', 'reason', 'at')
 local stored = {v[1] or '', v[2] or '0', v[3] or '', v[4] or '', v[5] or '0'}
+local function answer(outcome, layer)
+  return {'outcome', outcome, 'override', layer[1], 'version', layer[2], 'by', layer[3], 'reason', layer[4],
+    'at', layer[5]}
+end
 if stored[2] ~= READ then
-  return {-1, unpack(stored)}
+  return answer(-1, stored)
 end
 if OVERRIDE == '' and stored[1] == '' then
-  return {0, unpack(stored)}
+  return answer(0, stored)
 end
 -- coordinator.NextGeneration: versions only grow, across a reset too.
 local version = int(math.max(tonumber(stored[2]) + 1, NOW * 1000))
 redis.call('HSET', KEY, 'override', OVERRIDE, 'version', version, 'by', BY, 'reason', REASON, 'at', int(NOW))
 -- "policy <version>": the Watch tells it from a transition by its first word.
 redis.call(PUBLISH, CHANNEL, 'policy ' .. version)
-return {1, OVERRIDE, version, BY, REASON, int(NOW)}
+return answer(1, {OVERRIDE, version, BY, REASON, int(NOW)})

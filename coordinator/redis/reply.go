@@ -169,7 +169,8 @@ func (p *pairs) each(name string, f func(entry *pairs)) {
 }
 
 // replyReader reads a reply of values by position, keeping the first
-// error: policy.lua's and HMGET's (policy.go).
+// error: a policy layer, as readLayer (policy.go) takes it, in the order
+// of the fields it was read from.
 type replyReader struct{ err error }
 
 // read returns reply[i] as a T, which the error calls want.
@@ -188,8 +189,6 @@ func read[T any](r *replyReader, reply []any, i int, want string) T {
 	}
 	return v
 }
-
-func (r *replyReader) int(reply []any, i int) int64 { return read[int64](r, reply, i, "an integer") }
 
 func (r *replyReader) str(reply []any, i int) string { return read[string](r, reply, i, "a string") }
 

@@ -140,20 +140,19 @@ type scripts struct {
 func newScripts(publish string) *scripts {
 	// Every script begins by naming its publish command.
 	header := define("PUBLISH", quote(publish))
-	// read.lua and write.lua need stateLua before them.
-	state := stateLua
 	script := func(parts ...string) *goredis.Script {
 		return goredis.NewScript(header + strings.Join(parts, ""))
 	}
 	return &scripts{
 		// Admit answers a calm scope from admit.lua alone, before the
-		// helpers of reading and writing are made.
-		admit:     script(libLua, admitLua, state(false), readLua, writeLua, admitWriteLua),
-		record:    script(libLua, state(true), readLua, writeLua, replicasLua, recordLua),
-		settle:    script(libLua, state(false), readLua, writeLua, settleLua),
-		snapshot:  script(libLua, state(false), readLua, replicasLua, snapshotLua),
-		control:   script(libLua, state(false), readLua, writeLua, controlLua),
-		push:      script(libLua, state(false), readLua, writeLua, pushLua),
+		// helpers of reading and writing are made. read.lua and write.lua
+		// need stateLua before them.
+		admit:     script(libLua, admitLua, stateLua(false), readLua, writeLua, admitWriteLua),
+		record:    script(libLua, stateLua(true), readLua, writeLua, replicasLua, recordLua),
+		settle:    script(libLua, stateLua(false), readLua, writeLua, settleLua),
+		snapshot:  script(libLua, stateLua(false), readLua, replicasLua, snapshotLua),
+		control:   script(libLua, stateLua(false), readLua, writeLua, controlLua),
+		push:      script(libLua, stateLua(false), readLua, writeLua, pushLua),
 		policy:    script(policyLua),
 		heartbeat: script(heartbeatLua),
 	}
