@@ -28,7 +28,7 @@ local RAMP_FOR = tonumber(ARGV[7]) or 0
 local CLOSED, OPEN, HALF_OPEN, ISOLATED, DISABLED = 'closed', 'open', 'half-open', 'isolated', 'disabled'
 -- coordinator.State, as replies and the feed carry it
 local CODE = {closed = 0, open = 1, ['half-open'] = 2, isolated = 3, disabled = 4}
--- coordinator.IsolationEnded
+-- implement.IsolationEnded
 local ENDED = 'isolation ended'
 -- The operator's note, kept while isolated or disabled.
 local NOTE_FIELDS = {'note_by', 'note_reason', 'note_for', 'noted_at'}

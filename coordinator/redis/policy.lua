@@ -45,7 +45,7 @@ end
 if OVERRIDE == '' and stored[1] == '' then
   return answer(0, stored)
 end
--- coordinator.NextGeneration: versions only grow, across a reset too.
+-- implement.NextGeneration: versions only grow, across a reset too.
 local version = int(math.max(tonumber(stored[2]) + 1, NOW * 1000))
 redis.call('HSET', KEY, 'override', OVERRIDE, 'version', version, 'by', BY, 'reason', REASON, 'at', int(NOW))
 -- "policy <version>": the Watch tells it from a transition by its first word.

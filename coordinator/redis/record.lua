@@ -7,10 +7,10 @@
 --   remember, 15 the fingerprint of the Record's policy
 --   (Policy.Fingerprint), 16 its source (coordinator.PolicySource, decimal),
 --   17 its encoding (Policy.Encode), 18 how many policies to remember
---   (coordinator.RecentPolicies), 19 the replica (RecordRequest.Replica),
+--   (implement.RecentPolicies), 19 the replica (RecordRequest.Replica),
 --   20 outliers (Policy.Outliers; 0 = the plain rules), 21 max open for
 --   ms (0 = no back-off), 22 how many replicas to track
---   (coordinator.TrackedReplicas), then from 23 on three values per run
+--   (implement.TrackedReplicas), then from 23 on three values per run
 --   of equal outcomes, in order: their generation (decimal), flags (1 =
 --   failure, 2 = slow, 3 = both, 4 = throttled: a request the caller
 --   rejected itself, no call) and how many

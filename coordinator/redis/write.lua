@@ -14,7 +14,7 @@ local function keep()
   return (IDX + BUCKETS) * WIDTH
 end
 
--- next_generation is coordinator.NextGeneration: above prev, and above
+-- next_generation is implement.NextGeneration: above prev, and above
 -- every generation minted before now on a clock that has not gone back.
 local function next_generation(prev)
   return math.max(prev + 1, NOW * 1000)
