@@ -14,7 +14,7 @@ import (
 
 // TestEveryOperationIsListed reads the package's code for the operation of
 // every coordinator call (trip.op), and wants each one in operations: a
-// call missing from it gets no precomputed metric options, and the README
+// call missing from it gets no precomputed metric options, and the telemetry page
 // would not list it (push slipped through once). An operation passed on by
 // control or inspect is read where they are called.
 func TestEveryOperationIsListed(t *testing.T) {
@@ -70,20 +70,20 @@ func TestEveryOperationIsListed(t *testing.T) {
 			return true
 		})
 	}
-	// The README's metrics table names every one.
-	readme, err := os.ReadFile("README.md")
+	// The metrics table the README links (telemetryDoc) names every one.
+	doc, err := os.ReadFile(telemetryDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var row string
-	for _, line := range strings.Split(string(readme), "\n") {
+	for _, line := range strings.Split(string(doc), "\n") {
 		if strings.HasPrefix(line, "| `cbgrpc.coordinator.duration`") {
 			row = line
 		}
 	}
 	for _, op := range operations {
 		if !strings.Contains(row, "`"+op+"`") {
-			t.Errorf("the README's row of cbgrpc.coordinator.duration does not name the operation %q: %q", op, row)
+			t.Errorf("%s: the row of cbgrpc.coordinator.duration does not name the operation %q: %q", telemetryDoc, op, row)
 		}
 	}
 	// The reading itself must have found the calls it is about.

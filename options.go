@@ -65,8 +65,8 @@ const (
 	// showed the window calm (each trip ratio under half its threshold),
 	// successes alone wait up to five record intervals (a sixth of the
 	// window at most): a healthy busy scope costs Redis one script every 5
-	// s per replica at the default policy (see the README's capacity
-	// table). The window sees a calm replica's successes late, which can
+	// s per replica at the default policy (see docs/redis.md, "What a fleet costs
+	// Redis"). The window sees a calm replica's successes late, which can
 	// only make the failure ratio look higher, by at most 1.2 times.
 	DefaultRecordInterval = time.Second
 	// DefaultQueueSize is how many outcomes of one scope may wait for the
