@@ -22,7 +22,8 @@ func main() {
 	})
 	defer rdb.Close()
 
-	b, err := cbgrpc.New(cbredis.New(rdb), cbgrpc.WithReplicaID("payments-client-0"))
+	// Options go here: cbgrpc.WithReplicaID(podName), cbgrpc.WithPolicy(p), ...
+	b, err := cbgrpc.New(cbredis.New(rdb))
 	if err != nil {
 		log.Fatal(err) // an option that cannot work, named
 	}
