@@ -53,7 +53,7 @@ func readmeTelemetry(t *testing.T) (section string, rows map[string][]string) {
 			cells[i] = strings.TrimSpace(cells[i])
 		}
 		if len(cells) != 3 {
-			t.Fatalf("README metrics row %q has %d cells, want 3 (metric, instrument and unit, attributes)", line, len(cells))
+			t.Fatalf(telemetryDoc+" metrics row %q has %d cells, want 3 (metric, instrument and unit, attributes)", line, len(cells))
 		}
 		own := cells[2]
 		for _, m := range asAbove.FindAllStringSubmatch(own, -1) {
@@ -74,7 +74,7 @@ func readmeTelemetry(t *testing.T) (section string, rows map[string][]string) {
 
 var asAbove = regexp.MustCompile("`([^`]+)` as above")
 
-// kindWord is how the README names an instrument kind.
+// kindWord is how telemetryDoc names an instrument kind.
 func kindWord(k sdkmetric.InstrumentKind) string {
 	switch k {
 	case sdkmetric.InstrumentKindCounter, sdkmetric.InstrumentKindObservableCounter:
@@ -93,10 +93,10 @@ func kindWord(k sdkmetric.InstrumentKind) string {
 // method names.
 var freeValues = map[attribute.Key]bool{attrScope: true, attrRPCService: true, attrRPCMethod: true}
 
-// The README lists every metric the code creates, with its instrument and
-// unit, every attribute its points carry and every value the code gives
-// them, and no metric that does not exist; every span, event and
-// attribute of the traces is named in the same section.
+// The telemetry page the README links lists every metric the code
+// creates, with its instrument and unit, every attribute its points carry
+// and every value the code gives them, and no metric that does not exist;
+// every span, event and attribute of the traces is named on the same page.
 func TestREADMEListsEveryMetric(t *testing.T) {
 	section, rows := readmeTelemetry(t)
 
@@ -138,16 +138,16 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 	for name, inst := range created {
 		cells, ok := rows[name]
 		if !ok {
-			t.Errorf("the code creates %s; the README does not list it", name)
+			t.Errorf("the code creates %s; "+telemetryDoc+" does not list it", name)
 			continue
 		}
 		if want := fmt.Sprintf("%s, `%s`", kindWord(inst.Kind), inst.Unit); cells[1] != want {
-			t.Errorf("README: %s is %q; the code makes %q", name, cells[1], want)
+			t.Errorf(telemetryDoc+": %s is %q; the code makes %q", name, cells[1], want)
 		}
 	}
 	for name := range rows {
 		if _, ok := created[name]; !ok {
-			t.Errorf("the README lists %s; the code creates no such instrument", name)
+			t.Errorf(telemetryDoc+" lists %s; the code creates no such instrument", name)
 		}
 	}
 
@@ -170,7 +170,7 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 		}
 	}
 	for msg := range lacks {
-		t.Errorf("README: %s", msg)
+		t.Errorf(telemetryDoc+": %s", msg)
 	}
 
 	// Every value the code can give, seen above or not.
@@ -193,7 +193,7 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 		want["cbgrpc.transitions"] = append(want["cbgrpc.transitions"], s.String())
 		want["cbgrpc.state"] = append(want["cbgrpc.state"], fmt.Sprintf("%d", s))
 		if row, ok := rows["cbgrpc.state"]; ok && !strings.Contains(row[2], fmt.Sprintf("`%d` %s", s, s)) {
-			t.Errorf("README: cbgrpc.state does not say that %d is %s", s, s)
+			t.Errorf(telemetryDoc+": cbgrpc.state does not say that %d is %s", s, s)
 		}
 	}
 	for op := range b.tel.plainOps {
@@ -206,7 +206,7 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 	for name, values := range want {
 		for _, v := range values {
 			if row, ok := rows[name]; ok && !documented(row, v) {
-				t.Errorf("README: %s lacks the value %q", name, v)
+				t.Errorf(telemetryDoc+": %s lacks the value %q", name, v)
 			}
 		}
 	}
@@ -216,21 +216,21 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 	for _, s := range tr.rec.Ended() {
 		if s.InstrumentationScope().Name == instrumentationName {
 			if s.SpanKind() == trace.SpanKindClient && !named("pkg.Service/Method") || s.SpanKind() != trace.SpanKindClient && !named(s.Name()) {
-				t.Errorf("README: no span named like %q", s.Name())
+				t.Errorf(telemetryDoc+": no span named like %q", s.Name())
 			}
 			for _, kv := range s.Attributes() {
 				if !named(string(kv.Key)) {
-					t.Errorf("README: span %s has the attribute %s, not in the README", s.Name(), kv.Key)
+					t.Errorf(telemetryDoc+": span %s has the attribute %s, which it does not name", s.Name(), kv.Key)
 				}
 			}
 		}
 		for _, e := range s.Events() {
 			if !named(e.Name) {
-				t.Errorf("README: no event %s", e.Name)
+				t.Errorf(telemetryDoc+": no event %s", e.Name)
 			}
 			for _, kv := range e.Attributes {
 				if !named(string(kv.Key)) {
-					t.Errorf("README: event %s has the attribute %s, not in the README", e.Name, kv.Key)
+					t.Errorf(telemetryDoc+": event %s has the attribute %s, which it does not name", e.Name, kv.Key)
 				}
 			}
 		}
