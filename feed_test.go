@@ -100,7 +100,7 @@ func cached(b *Breaker, scope string) (fact, bool) {
 		f = e.fact
 	}
 	b.known.mu.RUnlock()
-	return f, b.health.trusted() && b.known.answers(f, time.Now())
+	return f, b.health.trusted() && b.known.answers(&f, time.Now())
 }
 
 // admitN admits n calls of scope and finishes each as a success.

@@ -42,11 +42,11 @@ type Breaker struct {
 	stop       context.CancelFunc
 	background sync.WaitGroup
 
-	// mu guards closed, so that no admission starts work after Close;
-	// admits counts the admissions in progress and their coordinator
-	// calls.
+	// mu orders closed against enter, so that no admission starts work
+	// after Close; admits counts the admissions in progress and their
+	// coordinator calls.
 	mu     sync.RWMutex
-	closed bool
+	closed atomic.Bool
 	admits sync.WaitGroup
 	// pushing holds the scopes a server's pushback is being sent for
 	// (pushback.go).
@@ -180,7 +180,7 @@ func (b *Breaker) Close() error {
 
 func (b *Breaker) close() error {
 	b.mu.Lock()
-	b.closed = true
+	b.closed.Store(true)
 	b.mu.Unlock()
 
 	deadline := time.Now().Add(closeTimeout)
@@ -227,7 +227,7 @@ func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
 func (b *Breaker) enter() bool {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	if b.closed {
+	if b.closed.Load() {
 		return false
 	}
 	b.admits.Add(1)
@@ -286,14 +286,22 @@ type call struct {
 // means it runs; otherwise the error is the call's result: a rejection
 // ([*OpenError]) or the caller's own context error.
 func (b *Breaker) admit(ctx context.Context, scope, method string) (ticket, error) {
+	if b.closed.Load() {
+		return ticket{}, nil
+	}
+	now := time.Now()
+	c := call{scope: scope, method: method, start: now}
+	f, row := b.known.use(scope, now)
+	if b.cached(f, row, now) {
+		// Nothing to wait for nor to ask: no work Close waits for.
+		t, err := b.admitKnown(ctx, c, f)
+		t.row = row
+		return t, err
+	}
 	if !b.enter() {
 		return ticket{}, nil
 	}
 	defer b.admits.Done()
-
-	now := time.Now()
-	c := call{scope: scope, method: method, start: now}
-	f, row := b.known.use(scope, now)
 	if b.awaitVerdict(ctx, row) {
 		now = time.Now()
 		f, row = b.known.use(scope, now)
@@ -303,9 +311,16 @@ func (b *Breaker) admit(ctx context.Context, scope, method string) (ticket, erro
 	return t, err
 }
 
+// cached reports whether f, what the table knows at now of a scope whose
+// row is row, decides a call there and then: the scope is no outlier's,
+// no verdict is pending, and the table's answer serves (decide).
+func (b *Breaker) cached(f *fact, row *known, now time.Time) bool {
+	return !f.outlier.of(f) && row.verdict.Load() == nil && b.health.trusted() && b.known.answers(f, now)
+}
+
 // decide decides call c from f, what the table knew of its scope at now,
 // asking the coordinator when f does not answer.
-func (b *Breaker) decide(ctx context.Context, c call, f fact, now time.Time) (ticket, error) {
+func (b *Breaker) decide(ctx context.Context, c call, f *fact, now time.Time) (ticket, error) {
 	scope, method := c.scope, c.method
 	if t, err, ok := b.admitOutlier(ctx, c, f); ok {
 		return t, err
@@ -358,7 +373,7 @@ func (b *Breaker) decide(ctx context.Context, c call, f fact, now time.Time) (ti
 
 // admitKnown decides a call from what the table knows, without a round
 // trip: the admission cache.
-func (b *Breaker) admitKnown(ctx context.Context, c call, f fact) (ticket, error) {
+func (b *Breaker) admitKnown(ctx context.Context, c call, f *fact) (ticket, error) {
 	if admitsAll(f.state) {
 		// The policy in force is never changed once made: no copy.
 		p := &b.known.policyIn(f).p

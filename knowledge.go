@@ -38,6 +38,9 @@ type knowledge struct {
 
 	mu     sync.RWMutex
 	scopes map[string]*known
+	// index holds the rows of scopes too, for use to read without a lock:
+	// every protected call reads it, and rows come and go rarely.
+	index sync.Map // scope → *known
 	// follow and unfollow are the feed's work: scopes to follow on the
 	// live connection, and scopes it follows that were forgotten.
 	follow   map[string]struct{}
@@ -55,9 +58,14 @@ type knowledge struct {
 
 // known is one scope's row of the table.
 type known struct {
-	fact            // guarded by knowledge.mu
+	fact // guarded by knowledge.mu
+	// now is a copy of fact, stored after each change (publish), for
+	// admissions to read without a lock; nil: nothing learned yet.
+	now      atomic.Pointer[fact]
 	followed uint64 // the feed connection that follows the scope; guarded by knowledge.mu
-	used     atomic.Int64
+	// used is when a call last marked the scope used (UnixNano, coarse);
+	// 0: never; forgotten once it is dropped from the table.
+	used atomic.Int64
 	// heard: the scope's first outcome went to the coordinator at once,
 	// so that it hears this replica soon (introduce); guarded by
 	// knowledge.mu.
@@ -115,29 +123,58 @@ func newKnowledge(maxAge, idle time.Duration, code coordinator.Policy) *knowledg
 }
 
 // use marks a call of scope at now and returns what is known of it, and
-// its row. It is on every protected call's path: a read lock and no
-// allocation for a scope the table holds.
-func (k *knowledge) use(scope string, now time.Time) (fact, *known) {
-	k.mu.RLock()
-	e := k.scopes[scope]
-	var f fact
-	if e != nil {
-		f = e.fact
-		// Coarse, so that a busy scope's callers do not all write one
-		// cache line: forgetting needs no finer time than a window.
-		if t := now.UnixNano(); t-e.used.Load() > int64(k.idle/16) {
-			e.used.Store(t)
+// its row. It is on every protected call's path: for a scope the table
+// holds, no lock, no allocation, and no shared write but the coarse mark
+// of use. The fact returned is not to be changed.
+func (k *knowledge) use(scope string, now time.Time) (*fact, *known) {
+	if v, ok := k.index.Load(scope); ok {
+		if e := v.(*known); k.touch(e, now) {
+			return e.current(), e
 		}
 	}
-	k.mu.RUnlock()
-	if e == nil {
-		k.mu.Lock()
-		if e = k.row(scope); e.used.Load() == 0 {
-			e.used.Store(now.UnixNano())
-		}
-		k.mu.Unlock()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e := k.row(scope)
+	if e.used.Load() == 0 {
+		e.used.Store(now.UnixNano())
 	}
-	return f, e
+	return e.current(), e
+}
+
+// forgotten is the mark of use of a row dropped from the table.
+const forgotten = -1
+
+// touch marks a call of e's scope at now. Coarse, so that a busy scope's
+// callers do not all write one cache line: forgetting needs no finer time
+// than a window. It reports false when e was forgotten meanwhile.
+func (k *knowledge) touch(e *known, now time.Time) bool {
+	u := e.used.Load()
+	if u == forgotten {
+		return false
+	}
+	t := now.UnixNano()
+	if t-u <= int64(k.idle/16) {
+		return true
+	}
+	// Against forget: one of the two changes the mark.
+	return e.used.CompareAndSwap(u, t) || e.used.Load() != forgotten
+}
+
+// nothingKnown is the fact of a scope the coordinator said nothing of.
+var nothingKnown = &fact{}
+
+// current is what e holds, for admissions.
+func (e *known) current() *fact {
+	if f := e.now.Load(); f != nil {
+		return f
+	}
+	return nothingKnown
+}
+
+// publish makes the changes to e.fact current. k.mu is held.
+func (e *known) publish() {
+	f := e.fact
+	e.now.Store(&f)
 }
 
 // row returns scope's row, making it if needed, as used never: only a
@@ -148,13 +185,14 @@ func (k *knowledge) row(scope string) *known {
 	if e == nil {
 		e = &known{}
 		k.scopes[scope] = e
+		k.index.Store(scope, e)
 	}
 	return e
 }
 
 // answers reports whether f, what use returned at now, decides an
 // admission without asking the coordinator.
-func (k *knowledge) answers(f fact, now time.Time) bool {
+func (k *knowledge) answers(f *fact, now time.Time) bool {
 	if k.maxAge == 0 || f.gen == 0 || f.trust == 0 || f.trust != k.live.Load() {
 		return false
 	}
@@ -281,12 +319,13 @@ func (k *knowledge) learn(epoch uint64, scope string, a answer, now time.Time) {
 	}
 	if a.saysOutlier && a.gen == e.gen {
 		o := outlierOf(a, now)
-		if o.gen != 0 && !now.Before(o.until) && e.outlier.of(e.fact) {
+		if o.gen != 0 && !now.Before(o.until) && e.outlier.of(&e.fact) {
 			// Still waiting for its probe's answer: the probe keeps its slot.
 			o.probe = e.outlier.probe
 		}
 		e.outlier = o
 	}
+	e.publish()
 }
 
 // introduce reports whether scope's outcomes have yet to reach the
@@ -298,7 +337,7 @@ func (k *knowledge) introduce(scope string) bool {
 	k.mu.RLock()
 	e := k.scopes[scope]
 	// Under the plain rules the coordinator has no use for it.
-	done := e == nil || e.heard || k.policyIn(e.fact).p.Outliers == 0
+	done := e == nil || e.heard || k.policyIn(&e.fact).p.Outliers == 0
 	k.mu.RUnlock()
 	if done {
 		return false
@@ -319,10 +358,11 @@ func (k *knowledge) probeOutlier(scope string, gen uint64, now time.Time, lease 
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	e := k.scopes[scope]
-	if e == nil || !e.outlier.of(e.fact) || e.gen != gen || now.Before(e.outlier.probe) {
+	if e == nil || !e.outlier.of(&e.fact) || e.gen != gen || now.Before(e.outlier.probe) {
 		return false
 	}
 	e.outlier.probe = now.Add(lease)
+	e.publish()
 	return true
 }
 
@@ -331,7 +371,7 @@ func (k *knowledge) outliers(f func(scope string)) {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	for scope, e := range k.scopes {
-		if e.outlier.of(e.fact) {
+		if e.outlier.of(&e.fact) {
 			f(scope)
 		}
 	}
@@ -358,10 +398,12 @@ func (k *knowledge) forget(now time.Time) int {
 	defer k.mu.Unlock()
 	n := 0
 	for scope, e := range k.scopes {
-		if e.used.Load() > cutoff || now.Before(e.until) {
+		u := e.used.Load()
+		if u > cutoff || now.Before(e.until) || !e.used.CompareAndSwap(u, forgotten) {
 			continue
 		}
 		delete(k.scopes, scope)
+		k.index.Delete(scope)
 		delete(k.follow, scope)
 		n++
 		if live != 0 && e.followed == live {

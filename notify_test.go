@@ -133,7 +133,7 @@ func TestOnTransitionNothingAfterClose(t *testing.T) {
 	eventually(t, "Close to start", func() bool {
 		b.mu.RLock()
 		defer b.mu.RUnlock()
-		return b.closed
+		return b.closed.Load()
 	})
 	close(gate)
 	if err := <-closed; err != nil {

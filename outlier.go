@@ -29,7 +29,7 @@ type outlierFact struct {
 }
 
 // of reports whether o speaks of the generation f holds.
-func (o outlierFact) of(f fact) bool { return o.gen != 0 && o.gen == f.gen }
+func (o outlierFact) of(f *fact) bool { return o.gen != 0 && o.gen == f.gen }
 
 // outlierOf is what an answer at now says of this replica as an outlier.
 func outlierOf(a answer, now time.Time) outlierFact {
@@ -42,7 +42,7 @@ func outlierOf(a answer, now time.Time) outlierFact {
 // admitOutlier decides a call of a scope where this replica is an outlier
 // (f.outlier): rejected while its period lasts, then one call at a time
 // as its probe. ok is false when f says it is none.
-func (b *Breaker) admitOutlier(ctx context.Context, c call, f fact) (t ticket, err error, ok bool) {
+func (b *Breaker) admitOutlier(ctx context.Context, c call, f *fact) (t ticket, err error, ok bool) {
 	o := f.outlier
 	if !o.of(f) {
 		return ticket{}, nil, false

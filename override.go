@@ -191,7 +191,7 @@ func (s *sharing) make(scope coordinator.PolicyLayer) *inForce {
 // runs on, and which scopes sharing is to read.
 
 // policyIn is the policy of the scope f, what use returned, says.
-func (k *knowledge) policyIn(f fact) *inForce {
+func (k *knowledge) policyIn(f *fact) *inForce {
 	if f.policy != nil {
 		return f.policy
 	}
@@ -260,6 +260,7 @@ func (k *knowledge) setPolicy(scope string, p *inForce) {
 	defer k.mu.Unlock()
 	if e := k.scopes[scope]; e != nil {
 		e.policy = p
+		e.publish()
 	}
 }
 
@@ -271,6 +272,7 @@ func (k *knowledge) remake(make func(coordinator.PolicyLayer) *inForce) {
 	for _, e := range k.scopes {
 		if e.policy != nil {
 			e.policy = make(e.policy.layer)
+			e.publish()
 		}
 	}
 }

@@ -76,6 +76,8 @@ const (
 	dropUnadmitted  = "not_admitted" // let through by the failure policy: no generation to record under
 )
 
+var dropReasons = []string{dropQueueFull, dropCoordinator, dropBackoff, dropClosed, dropUnadmitted}
+
 // Span and event names.
 const (
 	spanTransition          = "cbgrpc.transition"
@@ -110,6 +112,9 @@ type telemetry struct {
 	// operation, on the path of every admission that asks.
 	methods  rpcMethods
 	plainOps map[string][]metric.RecordOption
+	// plainDrops does the same for each reason of a drop: a busy scope
+	// that outruns the recorder drops on the calls' path.
+	plainDrops map[string][]metric.AddOption
 }
 
 // newTelemetry makes the tracer and the instruments, and observes the
@@ -178,6 +183,10 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 	for _, op := range operations {
 		t.plainOps[op] = []metric.RecordOption{metric.WithAttributes(attrOperation.String(op))}
 	}
+	t.plainDrops = make(map[string][]metric.AddOption)
+	for _, reason := range dropReasons {
+		t.plainDrops[reason] = []metric.AddOption{metric.WithAttributes(attrReason.String(reason))}
+	}
 	t.methods.init()
 	return t, nil
 }
@@ -214,6 +223,10 @@ func (t *telemetry) feedLost(ctx context.Context, err error) {
 }
 
 func (t *telemetry) drop(scope, reason string, n int) {
+	if opts, ok := t.plainDrops[reason]; ok && !t.scopeInMetrics {
+		t.dropped.Add(context.Background(), int64(n), opts...)
+		return
+	}
 	t.dropped.Add(context.Background(), int64(n), t.attrs(scope, attrReason.String(reason)))
 }
 

@@ -45,7 +45,7 @@ func throttleShare(p coordinator.Policy, w window) float64 {
 // rejected call is counted in the window as a throttled request (never a
 // call) and gets the rejection, ErrOpen; nil admits it. Each call draws
 // on its own from math/rand/v2's generator, which needs no lock.
-func (b *Breaker) throttling(ctx context.Context, c call, f fact, p *coordinator.Policy) *OpenError {
+func (b *Breaker) throttling(ctx context.Context, c call, f *fact, p *coordinator.Policy) *OpenError {
 	share := throttleShare(*p, f.window)
 	if share == 0 || rand.Float64() >= share {
 		return nil

@@ -37,12 +37,15 @@ func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 			return b.rejected(ctx, method, req, reply, err)
 		}
 		t.classifier = classifier
-		var trailer metadata.MD
-		if b.cfg.pushback != nil {
-			// A copy: appending to the caller's slice could write into
-			// its spare capacity.
-			opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
+		if b.cfg.pushback == nil {
+			err = invoker(ctx, method, req, reply, cc, opts...)
+			return b.failed(ctx, method, req, reply, err, b.finish(ctx, t, method, err))
 		}
+		// Apart: the trailer, whose address gRPC takes, is an allocation.
+		var trailer metadata.MD
+		// A copy: appending to the caller's slice could write into its
+		// spare capacity.
+		opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
 		err = invoker(ctx, method, req, reply, cc, opts...)
 		class := b.finish(ctx, t, method, err)
 		b.pushedBack(ctx, t, method, err, trailer)

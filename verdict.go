@@ -50,10 +50,11 @@ func (k *knowledge) failed(scope string) *verdict {
 	if e == nil {
 		return nil
 	}
-	if admitsAll(e.state) {
+	if admitsAll(e.state) && !e.checked.IsZero() {
 		e.checked = time.Time{}
+		e.publish()
 	}
-	if e.run.Add(1) != verdictAt(k.policyIn(e.fact).p) || e.verdict.Load() != nil {
+	if e.run.Add(1) != verdictAt(k.policyIn(&e.fact).p) || e.verdict.Load() != nil {
 		return nil
 	}
 	v := &verdict{done: make(chan struct{}), row: e}
