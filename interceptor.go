@@ -284,116 +284,177 @@ type call struct {
 
 // admit decides whether a call of method, in scope, runs. A nil error
 // means it runs; otherwise the error is the call's result: a rejection
-// ([*OpenError]) or the caller's own context error.
+// ([*OpenError]) or the caller's own context error. It is the path of one
+// admission: what the table knows of the scope, the coordinator asked or
+// not, the decision shaped (ramp, throttle), and the result.
 func (b *Breaker) admit(ctx context.Context, scope, method string) (ticket, error) {
 	if b.closed.Load() {
 		return ticket{}, nil
 	}
-	now := time.Now()
-	c := call{scope: scope, method: method, start: now}
-	f, row := b.known.use(scope, now)
-	if b.cached(f, row, now) {
+	c := call{scope: scope, method: method, start: time.Now()}
+	f, row := b.known.use(scope, c.start)
+	var d decision
+	if b.cached(f, row, c.start) {
 		// Nothing to wait for nor to ask: no work Close waits for.
-		t, err := b.admitKnown(ctx, c, f)
-		t.row = row
-		return t, err
+		d = fromTable(c, f, row, b.known.policyIn(f))
+	} else {
+		var t ticket
+		var err error
+		var done bool
+		if d, t, err, done = b.consult(ctx, c, f, row); done {
+			return t, err
+		}
 	}
-	if !b.enter() {
-		return ticket{}, nil
+	if e, throttled := b.shape(ctx, c, d); e != nil {
+		if throttled {
+			// Counted in the window as a throttled request (throttle.go).
+			b.rec.add(item{scope: c.scope, outcome: coordinator.Outcome{Generation: d.gen, Throttled: true}, at: b.rec.clock(time.Now())})
+		}
+		return ticket{}, e
 	}
-	defer b.admits.Done()
-	if b.awaitVerdict(ctx, row) {
-		now = time.Now()
-		f, row = b.known.use(scope, now)
-	}
-	t, err := b.decide(ctx, c, f, now)
-	t.row = row
-	return t, err
+	return b.result(ctx, c, d)
+}
+
+// decision is what decides an admitted or rejected call before it is
+// shaped: the table's answer, or the coordinator's.
+type decision struct {
+	by         decider // byCache or byCoordinator
+	verdict    coordinator.Verdict
+	state      coordinator.State
+	gen        uint64
+	claim      string        // a probe's
+	start      time.Time     // when the call's duration counts from
+	retryAfter time.Duration // rejected: when to try again
+	rampLeft   time.Duration // closed: what is left of the ramp after a recovery
+	// window is what the table knows of the fleet's window in the
+	// generation admitted under, to throttle by; nil: nothing of it.
+	window *window
+	policy *coordinator.Policy // the policy in force; never changed once made
+	row    *known              // the scope's row of the table
 }
 
 // cached reports whether f, what the table knows at now of a scope whose
 // row is row, decides a call there and then: the scope is no outlier's,
-// no verdict is pending, and the table's answer serves (decide).
+// no verdict is pending, and the table's answer serves.
 func (b *Breaker) cached(f *fact, row *known, now time.Time) bool {
 	return !f.outlier.of(f) && row.verdict.Load() == nil && b.health.trusted() && b.known.answers(f, now)
 }
 
-// decide decides call c from f, what the table knew of its scope at now,
-// asking the coordinator when f does not answer.
-func (b *Breaker) decide(ctx context.Context, c call, f *fact, now time.Time) (ticket, error) {
-	scope, method := c.scope, c.method
-	if t, err, ok := b.admitOutlier(ctx, c, f); ok {
-		return t, err
+// fromTable is the decision of c from f, what the table knows, without a
+// round trip: the admission cache.
+func fromTable(c call, f *fact, row *known, pol *inForce) decision {
+	d := decision{by: byCache, state: f.state, gen: f.gen, start: c.start, policy: &pol.p, row: row}
+	if !admitsAll(f.state) {
+		d.verdict, d.retryAfter = coordinator.Reject, f.until.Sub(c.start)
+		return d
 	}
+	d.verdict, d.window = coordinator.Allow, &f.window
+	if !f.rampEnd.IsZero() {
+		d.rampLeft = f.rampEnd.Sub(c.start)
+	}
+	return d
+}
+
+// consult decides c when what the table knows (f, row) does not decide
+// it alone: it waits for the verdict pending in the scope, if any, and
+// then decides by the table, an outlier's rules, the coordinator, or
+// without it. done reports that t and err are the call's result already;
+// otherwise d is the decision to shape.
+func (b *Breaker) consult(ctx context.Context, c call, f *fact, row *known) (d decision, t ticket, err error, done bool) {
+	if !b.enter() {
+		return decision{}, ticket{}, nil, true
+	}
+	defer b.admits.Done()
+	now := c.start
+	if b.awaitVerdict(ctx, row) {
+		now = time.Now()
+		f, row = b.known.use(c.scope, now)
+	}
+	if t, err, ok := b.admitOutlier(ctx, c, f); ok {
+		t.row = row
+		return decision{}, t, err, true
+	}
+	pol := b.known.policyIn(f)
 	if b.health.trusted() && b.known.answers(f, now) {
-		return b.admitKnown(ctx, c, f)
+		return fromTable(c, f, row, pol), ticket{}, nil, false
 	}
 	if !b.health.mayAsk() {
-		return b.decideWithout(ctx, c, nil)
+		t, err := b.decideWithout(ctx, c, nil)
+		t.row = row
+		return decision{}, t, err, true
 	}
-	claim := b.ids.next()
-	pol := b.known.policyIn(f)
-	var d coordinator.Decision
-	_, err := b.roundTrip(ctx, trip{op: "admit", scope: scope, timeout: b.cfg.timeout, wg: &b.admits, admission: true},
-		func(ctx context.Context, seen uint64) (answer, error) {
-			var err error
-			d, err = b.c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: pol.p, Claim: claim, Seen: seen})
-			return decided(d), err
-		})
+	d, err = b.ask(ctx, c, f, pol)
 	if err != nil {
 		if ctx.Err() != nil {
 			// The caller gave up: its call would have failed the same way.
-			return ticket{}, status.FromContextError(ctx.Err()).Err()
+			return decision{}, ticket{}, status.FromContextError(ctx.Err()).Err(), true
 		}
-		return b.decideWithout(ctx, c, err)
+		t, err := b.decideWithout(ctx, c, err)
+		t.row = row
+		return decision{}, t, err, true
 	}
-	if d.Verdict == coordinator.Allow && d.State == coordinator.StateClosed {
-		if e := b.ramping(ctx, c, d.RampLeft, &pol.p); e != nil {
-			return ticket{}, e
-		}
-		// The window's counts of the generation admitted under, as the
-		// last Record said them.
-		if f.gen == d.Generation {
-			if e := b.throttling(ctx, c, f, &pol.p); e != nil {
-				return ticket{}, e
-			}
-		}
-	}
-	b.tel.decision(ctx, scope, method, d.Verdict, byCoordinator)
-	switch d.Verdict {
-	case coordinator.Reject:
-		e := &OpenError{Scope: scope, State: d.State, RetryAfter: d.RetryAfter, Reason: rejectReason(d.State)}
-		b.tel.rejected(ctx, c.method, c.start, e, byCoordinator)
-		return ticket{}, e
-	case coordinator.Probe:
-		return ticket{scope: scope, fate: probing, gen: d.Generation, claim: claim, start: time.Now()}, nil
-	}
-	return ticket{scope: scope, fate: recorded, gen: d.Generation, start: time.Now()}, nil
+	d.row = row
+	return d, ticket{}, nil, false
 }
 
-// admitKnown decides a call from what the table knows, without a round
-// trip: the admission cache.
-func (b *Breaker) admitKnown(ctx context.Context, c call, f *fact) (ticket, error) {
-	if admitsAll(f.state) {
-		// The policy in force is never changed once made: no copy.
-		p := &b.known.policyIn(f).p
-		if f.state == coordinator.StateClosed && !f.rampEnd.IsZero() {
-			if e := b.ramping(ctx, c, f.rampEnd.Sub(c.start), p); e != nil {
-				return ticket{}, e
-			}
-		}
-		if f.state == coordinator.StateClosed {
-			if e := b.throttling(ctx, c, f, p); e != nil {
-				return ticket{}, e
-			}
-		}
-		b.tel.decision(ctx, c.scope, c.method, coordinator.Allow, byCache)
-		return ticket{scope: c.scope, fate: recorded, gen: f.gen, start: c.start}, nil
+// ask asks the coordinator to admit c, under pol, the policy f, what the
+// table knows of the scope, says.
+func (b *Breaker) ask(ctx context.Context, c call, f *fact, pol *inForce) (decision, error) {
+	claim := b.ids.next()
+	var d coordinator.Decision
+	_, err := b.roundTrip(ctx, trip{op: "admit", scope: c.scope, timeout: b.cfg.timeout, wg: &b.admits, admission: true},
+		func(ctx context.Context, seen uint64) (answer, error) {
+			var err error
+			d, err = b.c.Admit(ctx, coordinator.AdmitRequest{Scope: c.scope, Policy: pol.p, Claim: claim, Seen: seen})
+			return decided(d), err
+		})
+	if err != nil {
+		return decision{}, err
 	}
-	b.tel.decision(ctx, c.scope, c.method, coordinator.Reject, byCache)
-	e := &OpenError{Scope: c.scope, State: f.state, RetryAfter: f.until.Sub(c.start), Reason: rejectReason(f.state)}
-	b.tel.rejected(ctx, c.method, c.start, e, byCache)
-	return ticket{}, e
+	dd := decision{by: byCoordinator, verdict: d.Verdict, state: d.State, gen: d.Generation, start: time.Now(),
+		retryAfter: d.RetryAfter, rampLeft: d.RampLeft, policy: &pol.p}
+	if d.Verdict == coordinator.Probe {
+		dd.claim = claim
+	}
+	// The window's counts of the generation admitted under, as the last
+	// Record said them.
+	if f.gen == d.Generation {
+		dd.window = &f.window
+	}
+	return dd, nil
+}
+
+// shape applies to a call admitted while closed the ramp after a
+// recovery, then adaptive throttling: either may reject it. throttled
+// reports that the throttle did, which counts in the window.
+func (b *Breaker) shape(ctx context.Context, c call, d decision) (e *OpenError, throttled bool) {
+	if d.verdict != coordinator.Allow || d.state != coordinator.StateClosed {
+		return nil, false
+	}
+	if e := b.ramping(ctx, c, d.rampLeft, d.policy); e != nil {
+		return e, false
+	}
+	if d.window == nil {
+		return nil, false
+	}
+	if e := b.throttling(ctx, c, *d.window, d.policy); e != nil {
+		return e, true
+	}
+	return nil, false
+}
+
+// result is the ticket of a call decided by d, or its rejection.
+func (b *Breaker) result(ctx context.Context, c call, d decision) (ticket, error) {
+	b.tel.decision(ctx, c.scope, c.method, d.verdict, d.by)
+	switch d.verdict {
+	case coordinator.Reject:
+		e := &OpenError{Scope: c.scope, State: d.state, RetryAfter: d.retryAfter, Reason: rejectReason(d.state)}
+		b.tel.rejected(ctx, c.method, c.start, e, d.by)
+		return ticket{}, e
+	case coordinator.Probe:
+		return ticket{scope: c.scope, fate: probing, gen: d.gen, claim: d.claim, start: d.start, row: d.row}, nil
+	}
+	return ticket{scope: c.scope, fate: recorded, gen: d.gen, start: d.start, row: d.row}, nil
 }
 
 func rejectReason(s coordinator.State) string {
@@ -413,7 +474,7 @@ func (b *Breaker) finish(ctx context.Context, t ticket, method string, err error
 	if t.fate == unprotected {
 		return Ignore
 	}
-	d := time.Since(t.start)
+	end := time.Now()
 	class := Ignore
 	// Our own rejection (from another Breaker further down the chain) says
 	// nothing about the dependency.
@@ -430,9 +491,11 @@ func (b *Breaker) finish(ctx context.Context, t ticket, method string, err error
 	}
 	it := item{
 		scope:   t.scope,
-		outcome: coordinator.Outcome{Generation: t.gen, Failure: class == Failure, Duration: d},
-		caller:  trace.SpanContextFromContext(ctx),
-		urgent:  t.urgent,
+		outcome: coordinator.Outcome{Generation: t.gen, Failure: class == Failure, Duration: end.Sub(t.start)},
+		at:      b.rec.clock(end),
+
+		caller: trace.SpanContextFromContext(ctx),
+		urgent: t.urgent,
 	}
 	if class == Failure {
 		// A failure seen here may be the start of a trip: until the

@@ -171,10 +171,12 @@ func (e *known) current() *fact {
 	return nothingKnown
 }
 
-// publish makes the changes to e.fact current. k.mu is held.
-func (e *known) publish() {
-	f := e.fact
-	e.now.Store(&f)
+// publish makes the changes to e.fact current, in into, a fact of its
+// own, allocated before k.mu was taken: an allocation under the lock
+// makes a convoy of a burst of failures. k.mu is held.
+func (e *known) publish(into *fact) {
+	*into = e.fact
+	e.now.Store(into)
 }
 
 // row returns scope's row, making it if needed, as used never: only a
@@ -296,6 +298,7 @@ func (k *knowledge) learn(epoch uint64, scope string, a answer, now time.Time) {
 		// feed that would say so may have died without a word.
 		f.until = now.Add(k.maxAge)
 	}
+	into := new(fact)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.scopes[scope] == nil && admitsAll(f.state) {
@@ -325,7 +328,7 @@ func (k *knowledge) learn(epoch uint64, scope string, a answer, now time.Time) {
 		}
 		e.outlier = o
 	}
-	e.publish()
+	e.publish(into)
 }
 
 // introduce reports whether scope's outcomes have yet to reach the
@@ -355,6 +358,7 @@ func (k *knowledge) introduce(scope string) bool {
 // an outlier of generation gen whose period has ended, until now + lease:
 // it reports false while another probe holds it.
 func (k *knowledge) probeOutlier(scope string, gen uint64, now time.Time, lease time.Duration) bool {
+	into := new(fact)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	e := k.scopes[scope]
@@ -362,7 +366,7 @@ func (k *knowledge) probeOutlier(scope string, gen uint64, now time.Time, lease 
 		return false
 	}
 	e.outlier.probe = now.Add(lease)
-	e.publish()
+	e.publish(into)
 	return true
 }
 

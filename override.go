@@ -256,11 +256,12 @@ func (k *knowledge) stalePolicies() []string {
 
 // setPolicy makes scope run on p, unless it was forgotten meanwhile.
 func (k *knowledge) setPolicy(scope string, p *inForce) {
+	into := new(fact)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if e := k.scopes[scope]; e != nil {
 		e.policy = p
-		e.publish()
+		e.publish(into)
 	}
 }
 
@@ -272,7 +273,7 @@ func (k *knowledge) remake(make func(coordinator.PolicyLayer) *inForce) {
 	for _, e := range k.scopes {
 		if e.policy != nil {
 			e.policy = make(e.policy.layer)
-			e.publish()
+			e.publish(new(fact)) // rare: the fleet default changed
 		}
 	}
 }

@@ -1,9 +1,12 @@
 package cbgrpc
 
 import (
+	"cmp"
 	"context"
 	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -29,6 +32,10 @@ type item struct {
 	outcome coordinator.Outcome
 	caller  trace.SpanContext // the call's span, to parent or link transition spans
 	urgent  bool              // an outlier's probe: it goes at once, as a failure does
+	// at is when it was added, on the recorder's clock (since): the
+	// order in which the outcomes of one scope, left in several shards,
+	// are taken.
+	at time.Duration
 	// verdict, when set, is released once the Record carrying the outcome
 	// has returned, or the outcome was dropped (verdict.go).
 	verdict *verdict
@@ -77,12 +84,10 @@ type recordDone struct {
 // that cannot be delivered is dropped and counted.
 type recorder struct {
 	b *Breaker
-	// mu orders add against stop: an outcome is queued before stop marks
-	// the recorder closed, and then flushed, or it is counted dropped.
-	mu     sync.RWMutex
-	closed bool
-	done   chan recordDone // a Record returned
-	quit   chan struct{}
+	// smu is held while stop closes the shards.
+	smu  sync.Mutex
+	done chan recordDone // a Record returned
+	quit chan struct{}
 	// stopped is closed when the loop has returned.
 	stopped chan struct{}
 	// wg counts the loop and every goroutine it started. Only they add to
@@ -97,21 +102,45 @@ type recorder struct {
 	queue               []string
 	flushBy             time.Time // set by stop before quit is closed
 
-	// waiting holds, per scope and in order, the outcomes and probe
-	// settlements added since the loop last took them: a call appends
-	// under one short lock, and wakes the loop (kick) only for what must
-	// not wait: a failure, a probe, a full batch. The loop takes the rest
-	// every record interval.
-	wmu     sync.Mutex
-	waiting map[string][]item
-	// spare holds, per scope, the list the loop last took, emptied, for
-	// the next outcomes to fill (collect): a busy scope's list would
-	// otherwise grow from nothing every interval, copying itself at each
-	// doubling (most of what add cost, profiled). A scope that sent
-	// nothing for an interval loses its spare.
-	spare map[string][]item
-	kick  chan struct{} // cap 1: something waiting must go now
+	// shards hold the outcomes and probe settlements added since the
+	// loop last took them. A call adds to the shard of its P, mostly
+	// (local hands out which), so that calls on several cores share no
+	// lock and no cache line; it appends under the shard's lock, and
+	// wakes the loop (kick) only for what must not wait: a failure, a
+	// probe, a shard's share of a full batch (kickAt). The loop takes the
+	// rest every record interval.
+	shards []*shard
+	local  sync.Pool // *shardOf
+	next   atomic.Uint32
+	kickAt int
+	kick   chan struct{} // cap 1: something waiting must go now
+	since  time.Time     // the recorder's clock: item.at
+	// merged is the loop's list for merging a scope's outcomes taken
+	// from several shards.
+	merged []item
 }
+
+// shard is where the calls of one P, mostly, leave their outcomes.
+type shard struct {
+	mu     sync.Mutex
+	closed bool // the recorder stopped: what comes now is dropped
+	// waiting holds, per scope and in order, what calls added; spare,
+	// per scope, the list the loop last took, emptied, for the next
+	// outcomes to fill (collect): a busy scope's list would otherwise
+	// grow from nothing every interval, copying itself at each doubling.
+	// A scope that sent nothing for an interval loses its spare.
+	waiting map[string][]item
+	spare   map[string][]item
+	_       [64]byte // a cache line of its own, apart from its neighbours'
+}
+
+// shardOf is which shard the calls of a P add to: the pool keeps one per
+// P, and one it forgets is made again, naming the next shard.
+type shardOf struct{ i int }
+
+// shardsPerP is how many shards the recorder has for each P: two Ps whose
+// shardOf the pool forgot may then share less often.
+const shardsPerP = 2
 
 func newRecorder(b *Breaker) *recorder {
 	r := &recorder{
@@ -125,46 +154,61 @@ func newRecorder(b *Breaker) *recorder {
 		// leaves connections to the admissions and does not time out
 		// waiting for one.
 		maxSending: 4 * runtime.GOMAXPROCS(0),
-		waiting:    make(map[string][]item),
-		spare:      make(map[string][]item),
 		kick:       make(chan struct{}, 1),
+		since:      time.Now(),
 	}
+	r.shards = make([]*shard, shardsPerP*runtime.GOMAXPROCS(0))
+	for i := range r.shards {
+		r.shards[i] = &shard{waiting: make(map[string][]item), spare: make(map[string][]item)}
+	}
+	// What waits when the loop wakes is then about a full batch, however
+	// many shards it is spread over.
+	r.kickAt = max(r.fullAt()/len(r.shards), 1)
+	r.local.New = func() any { return &shardOf{i: int(r.next.Add(1)) % len(r.shards)} }
 	r.wg.Add(1)
 	go r.loop()
 	return r
 }
 
+// lock returns the caller's shard, locked, and the pool's note of it.
+func (r *recorder) lock() (*shard, *shardOf) {
+	of := r.local.Get().(*shardOf)
+	s := r.shards[of.i]
+	s.mu.Lock()
+	return s, of
+}
+
 // add queues an outcome; it never blocks the call.
 func (r *recorder) add(it item) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if testHookRecorderAdd != nil {
-		testHookRecorderAdd()
-	}
-	if r.closed {
+	s, of := r.lock()
+	defer r.local.Put(of)
+	if s.closed {
+		s.mu.Unlock()
 		r.b.tel.drop(it.scope, dropClosed, 1)
 		it.verdict.release()
 		return
 	}
-	r.wmu.Lock()
-	list, ok := r.waiting[it.scope]
+	if testHookRecorderAdd != nil {
+		testHookRecorderAdd()
+	}
+	list, ok := s.waiting[it.scope]
 	if !ok {
-		list = r.spare[it.scope]
-		delete(r.spare, it.scope)
-		// At most once an interval a scope: whether the coordinator has
-		// yet to hear this replica in it.
+		list = s.spare[it.scope]
+		delete(s.spare, it.scope)
+		// At most once an interval a scope and shard: whether the
+		// coordinator has yet to hear this replica in it.
 		it.urgent = it.urgent || r.b.known.introduce(it.scope)
 	}
 	if len(list) >= r.b.cfg.queueSize {
-		r.wmu.Unlock()
+		s.mu.Unlock()
 		r.b.tel.drop(it.scope, dropQueueFull, 1)
 		it.verdict.release()
 		return
 	}
 	list = append(list, it)
-	r.waiting[it.scope] = list
-	now := it.claim != "" || it.outcome.Failure || it.urgent || len(list) >= r.fullAt()
-	r.wmu.Unlock()
+	s.waiting[it.scope] = list
+	now := it.claim != "" || it.outcome.Failure || it.urgent || len(list) >= r.kickAt
+	s.mu.Unlock()
 	if now {
 		select {
 		case r.kick <- struct{}{}:
@@ -173,41 +217,91 @@ func (r *recorder) add(it item) {
 	}
 }
 
+// clock is the time on the recorder's clock (item.at) of t.
+func (r *recorder) clock(t time.Time) time.Duration { return t.Sub(r.since) }
+
+// takenList is a list the loop took from a shard.
+type takenList struct {
+	from *shard
+	list []item
+}
+
 // collect takes what waits, of scope, or of every scope when scope is "".
 func (r *recorder) collect(scope string) {
-	r.wmu.Lock()
+	all := make(map[string][]takenList)
+	for _, s := range r.shards {
+		for scope, list := range s.take(scope) {
+			all[scope] = append(all[scope], takenList{from: s, list: list})
+		}
+	}
+	// All of it first, then what must go: one batch per scope.
+	for scope, lists := range all {
+		for _, it := range r.inOrder(lists) {
+			r.take(it)
+		}
+		r.ready(scope)
+	}
+	for scope, lists := range all {
+		for _, l := range lists {
+			l.from.giveBack(scope, l.list)
+		}
+	}
+}
+
+// inOrder returns the items of lists, one scope's, in the order they were
+// added: the calls of one goroutine that moved between Ps keep theirs.
+func (r *recorder) inOrder(lists []takenList) []item {
+	if len(lists) == 1 {
+		return lists[0].list
+	}
+	clear(r.merged)
+	r.merged = r.merged[:0]
+	for _, l := range lists {
+		r.merged = append(r.merged, l.list...)
+	}
+	slices.SortStableFunc(r.merged, func(a, b item) int { return cmp.Compare(a.at, b.at) })
+	return r.merged
+}
+
+// take takes what waits in s, of scope, or of every scope when scope is "".
+func (s *shard) take(scope string) map[string][]item {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var taken map[string][]item
 	if scope == "" {
-		taken, r.waiting = r.waiting, make(map[string][]item, len(r.waiting))
-	} else if list, ok := r.waiting[scope]; ok {
+		taken, s.waiting = s.waiting, make(map[string][]item, len(s.waiting))
+	} else if list, ok := s.waiting[scope]; ok {
 		taken = map[string][]item{scope: list}
-		delete(r.waiting, scope)
+		delete(s.waiting, scope)
 	}
 	// Double buffering: a busy scope's next outcomes fill the list taken
 	// the time before, while this one is read; a scope that sent nothing
 	// since gives its lists up.
 	for scope, list := range taken {
-		if spare, ok := r.spare[scope]; ok && len(list) > 0 {
-			r.waiting[scope] = spare
+		if spare, ok := s.spare[scope]; ok && len(list) > 0 {
+			s.waiting[scope] = spare
 		}
-		delete(r.spare, scope)
+		delete(s.spare, scope)
 	}
-	r.wmu.Unlock()
-	// All of it first, then what must go: one batch per scope.
-	for scope, list := range taken {
-		for _, it := range list {
-			r.take(it)
-		}
-		r.ready(scope)
+	return taken
+}
+
+// giveBack keeps list, taken from s and read, as the spare of its scope.
+func (s *shard) giveBack(scope string, list []item) {
+	if len(list) == 0 {
+		return
 	}
-	r.wmu.Lock()
-	for scope, list := range taken {
-		if len(list) > 0 {
-			clear(list) // let go of what the items held
-			r.spare[scope] = list[:0]
-		}
-	}
-	r.wmu.Unlock()
+	clear(list) // let go of what the items held
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.spare[scope] = list[:0]
+}
+
+// forget drops the spare of scope, idle.
+func (s *shard) forget(scope string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.spare, scope)
 }
 
 // testHookRecorderAdd, when set by a test, runs inside add, to interleave
@@ -238,9 +332,9 @@ func (r *recorder) loop() {
 					}
 				default:
 					delete(r.batches, scope) // idle: forget it
-					r.wmu.Lock()
-					delete(r.spare, scope)
-					r.wmu.Unlock()
+					for _, s := range r.shards {
+						s.forget(scope)
+					}
 				}
 			}
 		case <-r.quit:
@@ -455,11 +549,15 @@ func (r *recorder) settle(it item) {
 // recorder, until deadline. It reports whether all of them returned.
 func (r *recorder) stop(deadline time.Time) bool {
 	r.flushBy = deadline
-	// Every add that saw the recorder open has queued its outcome once
-	// this lock is held: flush finds it.
-	r.mu.Lock()
-	r.closed = true
-	r.mu.Unlock()
+	// Every add that saw its shard open has queued its outcome once the
+	// shard is closed: flush finds it.
+	r.smu.Lock()
+	for _, s := range r.shards {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+	}
+	r.smu.Unlock()
 	close(r.quit)
 	return waitUntil(&r.wg, deadline)
 }

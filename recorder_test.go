@@ -241,10 +241,10 @@ func TestOutcomeRacingCloseIsNeverLost(t *testing.T) {
 	closed := make(chan error, 1)
 	testHookRecorderAdd = func() {
 		go func() { closed <- b.Close() }()
-		// Until Close waits to mark the recorder closed: a writer is then
-		// pending, and a new reader is refused.
-		for b.rec.mu.TryRLock() {
-			b.rec.mu.RUnlock()
+		// Until Close holds the recorder's shards to mark them closed: it
+		// then waits for this add's shard.
+		for b.rec.smu.TryLock() {
+			b.rec.smu.Unlock()
 			runtime.Gosched()
 		}
 	}

@@ -40,22 +40,21 @@ func throttleShare(p coordinator.Policy, w window) float64 {
 	return max(0, (requests-p.Throttle*accepts)/(requests+1))
 }
 
-// throttling decides a call that the breaker admits while closed, in the
-// generation of f, by throttleShare of what f says of the window: a
-// rejected call is counted in the window as a throttled request (never a
-// call) and gets the rejection, ErrOpen; nil admits it. Each call draws
-// on its own from math/rand/v2's generator, which needs no lock.
-func (b *Breaker) throttling(ctx context.Context, c call, f *fact, p *coordinator.Policy) *OpenError {
-	share := throttleShare(*p, f.window)
+// throttling decides a call that the breaker admits while closed by
+// throttleShare of w, the fleet's window of the generation admitted
+// under: a rejected call gets the rejection, ErrOpen, and is to be counted
+// in the window as a throttled request (never a call); nil admits it.
+// Each call draws on its own from math/rand/v2's generator, which needs
+// no lock.
+func (b *Breaker) throttling(ctx context.Context, c call, w window, p *coordinator.Policy) *OpenError {
+	share := throttleShare(*p, w)
 	if share == 0 || rand.Float64() >= share {
 		return nil
 	}
-	w := f.window
 	e := &OpenError{Scope: c.scope, State: coordinator.StateClosed,
 		Reason: fmt.Sprintf("throttled, %d%% of calls rejected: the fleet's window holds %d requests and %d accepted",
 			int(share*100), w.calls+w.throttled, w.calls-w.failures)}
 	b.tel.decision(ctx, c.scope, c.method, coordinator.Reject, byThrottle)
 	b.tel.rejected(ctx, c.method, c.start, e, byThrottle)
-	b.rec.add(item{scope: c.scope, outcome: coordinator.Outcome{Generation: f.gen, Throttled: true}})
 	return e
 }

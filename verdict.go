@@ -44,6 +44,12 @@ func verdictAt(p coordinator.Policy) int64 {
 // counts in this replica's run. The failure that makes the run verdictAt
 // long returns the verdict for its Record to release; any other, nil.
 func (k *knowledge) failed(scope string) *verdict {
+	var into *fact
+	if v, ok := k.index.Load(scope); ok {
+		if f := v.(*known).current(); admitsAll(f.state) && !f.checked.IsZero() {
+			into = new(fact) // before the lock (publish)
+		}
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	e := k.scopes[scope]
@@ -52,7 +58,10 @@ func (k *knowledge) failed(scope string) *verdict {
 	}
 	if admitsAll(e.state) && !e.checked.IsZero() {
 		e.checked = time.Time{}
-		e.publish()
+		if into == nil {
+			into = new(fact)
+		}
+		e.publish(into)
 	}
 	if e.run.Add(1) != verdictAt(k.policyIn(&e.fact).p) || e.verdict.Load() != nil {
 		return nil
