@@ -129,8 +129,9 @@ type shard struct {
 	// outcomes to fill (collect): a busy scope's list would otherwise
 	// grow from nothing every interval, copying itself at each doubling.
 	// A scope that sent nothing for an interval loses its spare.
-	waiting map[string][]item
-	spare   map[string][]item
+	// A list is held by its address, so that appending to it writes no map.
+	waiting map[string]*[]item
+	spare   map[string]*[]item
 	_       [64]byte // a cache line of its own, apart from its neighbours'
 }
 
@@ -159,7 +160,7 @@ func newRecorder(b *Breaker) *recorder {
 	}
 	r.shards = make([]*shard, shardsPerP*runtime.GOMAXPROCS(0))
 	for i := range r.shards {
-		r.shards[i] = &shard{waiting: make(map[string][]item), spare: make(map[string][]item)}
+		r.shards[i] = &shard{waiting: make(map[string]*[]item), spare: make(map[string]*[]item)}
 	}
 	// What waits when the loop wakes is then about a full batch, however
 	// many shards it is spread over.
@@ -191,23 +192,26 @@ func (r *recorder) add(it item) {
 	if testHookRecorderAdd != nil {
 		testHookRecorderAdd()
 	}
-	list, ok := s.waiting[it.scope]
-	if !ok {
-		list = s.spare[it.scope]
-		delete(s.spare, it.scope)
+	list := s.waiting[it.scope]
+	if list == nil {
+		if list = s.spare[it.scope]; list != nil {
+			delete(s.spare, it.scope)
+		} else {
+			list = new([]item)
+		}
+		s.waiting[it.scope] = list
 		// At most once an interval a scope and shard: whether the
 		// coordinator has yet to hear this replica in it.
 		it.urgent = it.urgent || r.b.known.introduce(it.scope)
 	}
-	if len(list) >= r.b.cfg.queueSize {
+	if len(*list) >= r.b.cfg.queueSize {
 		s.mu.Unlock()
 		r.b.tel.drop(it.scope, dropQueueFull, 1)
 		it.verdict.release()
 		return
 	}
-	list = append(list, it)
-	s.waiting[it.scope] = list
-	now := it.claim != "" || it.outcome.Failure || it.urgent || len(list) >= r.kickAt
+	*list = append(*list, it)
+	now := it.claim != "" || it.outcome.Failure || it.urgent || len(*list) >= r.kickAt
 	s.mu.Unlock()
 	if now {
 		select {
@@ -223,7 +227,7 @@ func (r *recorder) clock(t time.Time) time.Duration { return t.Sub(r.since) }
 // takenList is a list the loop took from a shard.
 type takenList struct {
 	from *shard
-	list []item
+	list *[]item
 }
 
 // collect takes what waits, of scope, or of every scope when scope is "".
@@ -252,33 +256,33 @@ func (r *recorder) collect(scope string) {
 // added: the calls of one goroutine that moved between Ps keep theirs.
 func (r *recorder) inOrder(lists []takenList) []item {
 	if len(lists) == 1 {
-		return lists[0].list
+		return *lists[0].list
 	}
 	clear(r.merged)
 	r.merged = r.merged[:0]
 	for _, l := range lists {
-		r.merged = append(r.merged, l.list...)
+		r.merged = append(r.merged, *l.list...)
 	}
 	slices.SortStableFunc(r.merged, func(a, b item) int { return cmp.Compare(a.at, b.at) })
 	return r.merged
 }
 
 // take takes what waits in s, of scope, or of every scope when scope is "".
-func (s *shard) take(scope string) map[string][]item {
+func (s *shard) take(scope string) map[string]*[]item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var taken map[string][]item
+	var taken map[string]*[]item
 	if scope == "" {
-		taken, s.waiting = s.waiting, make(map[string][]item, len(s.waiting))
+		taken, s.waiting = s.waiting, make(map[string]*[]item, len(s.waiting))
 	} else if list, ok := s.waiting[scope]; ok {
-		taken = map[string][]item{scope: list}
+		taken = map[string]*[]item{scope: list}
 		delete(s.waiting, scope)
 	}
 	// Double buffering: a busy scope's next outcomes fill the list taken
 	// the time before, while this one is read; a scope that sent nothing
 	// since gives its lists up.
 	for scope, list := range taken {
-		if spare, ok := s.spare[scope]; ok && len(list) > 0 {
+		if spare, ok := s.spare[scope]; ok && len(*list) > 0 {
 			s.waiting[scope] = spare
 		}
 		delete(s.spare, scope)
@@ -287,14 +291,15 @@ func (s *shard) take(scope string) map[string][]item {
 }
 
 // giveBack keeps list, taken from s and read, as the spare of its scope.
-func (s *shard) giveBack(scope string, list []item) {
-	if len(list) == 0 {
+func (s *shard) giveBack(scope string, list *[]item) {
+	if len(*list) == 0 {
 		return
 	}
-	clear(list) // let go of what the items held
+	clear(*list) // let go of what the items held
+	*list = (*list)[:0]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.spare[scope] = list[:0]
+	s.spare[scope] = list
 }
 
 // forget drops the spare of scope, idle.
