@@ -26,14 +26,7 @@ func checkNoGoroutines(t testing.TB, before map[string]string) {
 	var left []string
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		left = left[:0]
-		for id, g := range ourGoroutines() {
-			_, old := before[id]
-			_, oldParent := before[parent(g)]
-			if !old && !oldParent {
-				left = append(left, g)
-			}
-		}
+		left = goroutinesSince(before)
 		if len(left) == 0 || time.Now().After(deadline) {
 			break
 		}
@@ -42,6 +35,20 @@ func checkNoGoroutines(t testing.TB, before map[string]string) {
 	if len(left) > 0 {
 		t.Errorf("%d goroutines left after Close:\n%s", len(left), strings.Join(left, "\n\n"))
 	}
+}
+
+// goroutinesSince is ours that are neither in before nor started by one
+// that is.
+func goroutinesSince(before map[string]string) []string {
+	var left []string
+	for id, g := range ourGoroutines() {
+		_, old := before[id]
+		_, oldParent := before[parent(g)]
+		if !old && !oldParent {
+			left = append(left, g)
+		}
+	}
+	return left
 }
 
 // parent names the goroutine that started g, a goroutine's stack as

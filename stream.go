@@ -3,6 +3,7 @@ package cbgrpc
 import (
 	"context"
 	"io"
+	"runtime"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -11,12 +12,19 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
-// Stream returns the stream client interceptor of a new Breaker over c, for
-// the dial-option one-liner. It panics with a message naming the option
-// when an option cannot work; use [New] to get the error instead, and to
-// share one Breaker (and its Close) between unary and stream calls.
+// Stream returns the stream client interceptor of a Breaker over c, for
+// the dial-option one-liner: the Breaker [Unary](c) shares when neither
+// has options, closed once no interceptor of it is reachable, as Unary
+// says. It panics with a message naming the option when an option cannot
+// work; use [New] to get the error instead.
 func Stream(c coordinator.Coordinator, opts ...Option) grpc.StreamClientInterceptor {
-	return mustNew("Stream", c, opts).StreamClientInterceptor()
+	o := oneLinerOf("Stream", c, opts)
+	call := o.b.StreamClientInterceptor()
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		s, err := call(ctx, desc, cc, method, streamer, opts...)
+		runtime.KeepAlive(o)
+		return s, err
+	}
 }
 
 // StreamClientInterceptor returns the interceptor that protects streams.

@@ -2,6 +2,7 @@ package cbgrpc
 
 import (
 	"context"
+	"runtime"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -9,12 +10,23 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
-// Unary returns the unary client interceptor of a new Breaker over c, for
-// the dial-option one-liner. It panics with a message naming the option
-// when an option cannot work; use [New] to get the error instead, and to
-// share one Breaker (and its Close) between unary and stream calls.
+// Unary returns the unary client interceptor of a Breaker over c, for the
+// dial-option one-liner. Without options, Unary(c) and [Stream](c) share
+// one Breaker of c while either interceptor is in use; with options, each
+// call makes a Breaker of its own. A Breaker a one-liner made is closed,
+// and its goroutines end, once none of its interceptors is reachable any
+// more (the connection holding them closed and dropped), after a garbage
+// collection. It panics with a message naming the option when an option
+// cannot work; use [New] to get the error instead, to share a Breaker
+// with options, and to Close it yourself.
 func Unary(c coordinator.Coordinator, opts ...Option) grpc.UnaryClientInterceptor {
-	return mustNew("Unary", c, opts).UnaryClientInterceptor()
+	o := oneLinerOf("Unary", c, opts)
+	call := o.b.UnaryClientInterceptor()
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := call(ctx, method, req, reply, cc, invoker, opts...)
+		runtime.KeepAlive(o) // in use while this interceptor is
+		return err
+	}
 }
 
 // UnaryClientInterceptor returns the interceptor that protects unary calls:
