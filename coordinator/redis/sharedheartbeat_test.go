@@ -330,7 +330,11 @@ func TestSharedChannelSplitsAndMerges(t *testing.T) {
 func splitsAndMerges(t *testing.T, client func() goredis.UniversalClient, scope func(i int) string,
 	numsub func(context.Context, ...string) (map[string]int64, error)) {
 	const (
-		period = 100 * time.Millisecond
+		// Not shorter: a feed is lost after three silent periods, and on
+		// a loaded host with -race a three-node Cluster has gone 300 ms
+		// without a heartbeat reaching a follower, which is not what this
+		// test is about.
+		period = 250 * time.Millisecond
 		limit  = 8
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

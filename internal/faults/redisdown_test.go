@@ -12,8 +12,11 @@ import (
 )
 
 // slack is what a loaded 2-core machine under -race may add to a call
-// beside the coordinator timeout: the gRPC call itself and scheduling.
-const slack = 150 * time.Millisecond
+// beside the coordinator timeout: the gRPC call itself and scheduling
+// (368 ms was seen with other test binaries running beside). What these
+// bounds catch is a call that waits for a client's ReadTimeout (5 s) or
+// for a dead coordinator again and again, far above it.
+const slack = 450 * time.Millisecond
 
 // TestRedisStoppedWhileOpen is scenario 3: Redis dies while a scope is
 // open. Every replica keeps rejecting that scope; a scope not known open
