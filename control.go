@@ -68,7 +68,7 @@ func (b *Breaker) control(ctx context.Context, scope, op string, n coordinator.N
 	}
 	defer b.admits.Done()
 	var res coordinator.Result
-	_, err := b.roundTrip(ctx, trip{op: op, scope: scope, timeout: operatorTimeout, wg: &b.admits},
+	_, err := b.roundTrip(ctx, exchange{op: op, scope: scope, timeout: operatorTimeout, wg: &b.admits},
 		func(ctx context.Context, seen uint64) (answer, error) {
 			var err error
 			res, err = f(ctl, ctx, coordinator.CommandRequest{Scope: scope, Policy: b.known.policyOf(scope).p, Note: n, Seen: seen})

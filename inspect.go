@@ -71,7 +71,7 @@ func (b *Breaker) inspect(ctx context.Context, op, scope string, f func(context.
 		return ErrShut
 	}
 	defer b.admits.Done()
-	_, err := b.roundTrip(ctx, trip{op: op, scope: scope, timeout: operatorTimeout, wg: &b.admits},
+	_, err := b.roundTrip(ctx, exchange{op: op, scope: scope, timeout: operatorTimeout, wg: &b.admits},
 		func(ctx context.Context, _ uint64) (answer, error) { return answer{}, f(ctx) })
 	return err
 }

@@ -402,7 +402,7 @@ func (b *Breaker) consult(ctx context.Context, c call, f *fact, row *known) (d d
 func (b *Breaker) ask(ctx context.Context, c call, f *fact, pol *inForce) (decision, error) {
 	claim := b.ids.next()
 	var d coordinator.Decision
-	_, err := b.roundTrip(ctx, trip{op: "admit", scope: c.scope, timeout: b.cfg.timeout, wg: &b.admits, admission: true},
+	_, err := b.roundTrip(ctx, exchange{op: "admit", scope: c.scope, timeout: b.cfg.timeout, wg: &b.admits, admission: true},
 		func(ctx context.Context, seen uint64) (answer, error) {
 			var err error
 			d, err = b.c.Admit(ctx, coordinator.AdmitRequest{Scope: c.scope, Policy: pol.p, Claim: claim, Seen: seen})

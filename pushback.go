@@ -168,7 +168,7 @@ func (b *Breaker) pushedBack(ctx context.Context, t ticket, method string, err e
 		// The transition belongs in the trace of the call that got the
 		// answer, which has returned by now.
 		ctx := context.WithoutCancel(ctx)
-		b.roundTrip(ctx, trip{op: "push", scope: t.scope, timeout: pushTimeout, wg: &b.admits},
+		b.roundTrip(ctx, exchange{op: "push", scope: t.scope, timeout: pushTimeout, wg: &b.admits},
 			func(ctx context.Context, seen uint64) (answer, error) {
 				res, err := pusher.Push(ctx, coordinator.PushRequest{Scope: t.scope, Policy: b.known.policyOf(t.scope).p, Generation: t.gen, Period: period, Reason: reason, Seen: seen})
 				if err == nil {

@@ -342,7 +342,7 @@ func (r *recorder) record(scope string, outcomes []coordinator.Outcome, callers 
 	cause := func(a answer) (trace.SpanContext, []trace.Link) {
 		return blame(outcomes, callers, a, pol.p)
 	}
-	a, err := b.roundTrip(context.Background(), trip{op: "record", scope: scope, timeout: b.cfg.timeout, wg: &r.wg, cause: cause},
+	a, err := b.roundTrip(context.Background(), exchange{op: "record", scope: scope, timeout: b.cfg.timeout, wg: &r.wg, cause: cause},
 		func(ctx context.Context, seen uint64) (answer, error) {
 			q := q // each attempt's own: an abandoned one may still read it
 			q.Seen = seen
@@ -376,7 +376,7 @@ func (r *recorder) settle(it item) {
 		// The probe causes what its settlement does: a transition span is
 		// the probe call's child.
 		probe := func(answer) (trace.SpanContext, []trace.Link) { return it.caller, nil }
-		_, err := b.roundTrip(context.Background(), trip{op: "settle", scope: it.scope, timeout: b.cfg.timeout, wg: &r.wg, cause: probe},
+		_, err := b.roundTrip(context.Background(), exchange{op: "settle", scope: it.scope, timeout: b.cfg.timeout, wg: &r.wg, cause: probe},
 			func(ctx context.Context, seen uint64) (answer, error) {
 				res, err := b.c.Settle(ctx, coordinator.SettleRequest{Scope: it.scope, Policy: b.known.policyOf(it.scope).p, Claim: it.claim, Outcome: it.outcome, Seen: seen})
 				return resulted(res), err

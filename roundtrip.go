@@ -78,8 +78,9 @@ func recovered(t coordinator.Transition) bool {
 	return t.To == coordinator.StateClosed && t.From != coordinator.StateClosed && t.From != coordinator.StateDisabled
 }
 
-// trip describes one coordinator round trip.
-type trip struct {
+// exchange describes one coordinator round trip. (A trip is what opens a
+// breaker; the word is kept for that.)
+type exchange struct {
 	op      string
 	scope   string
 	timeout time.Duration
@@ -107,7 +108,7 @@ type trip struct {
 // before again: f gets it, for its request's Seen. ctx is the caller's:
 // when it ends first, the caller gave up and the coordinator is not to
 // blame.
-func (b *Breaker) roundTrip(ctx context.Context, t trip, f func(ctx context.Context, seen uint64) (answer, error)) (answer, error) {
+func (b *Breaker) roundTrip(ctx context.Context, t exchange, f func(ctx context.Context, seen uint64) (answer, error)) (answer, error) {
 	epoch, seen := b.known.begin(t.scope)
 	cctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
