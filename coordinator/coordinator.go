@@ -199,7 +199,7 @@ type Snapshot struct {
 	// yet to apply an override), or that the policy changed within the
 	// window: the old one leaves the list a window after its last Record.
 	// Empty when no Record came.
-	Policies []SeenPolicy
+	Policies []CarriedPolicy
 
 	// Corrupt is set in a listing ([Lister]) only, on a scope whose stored
 	// state cannot be read: the error reading it failed with, which wraps

@@ -111,16 +111,22 @@ func (o Overrides) Apply(code Policy) (Policy, PolicySource, error) {
 	return p, src, errs
 }
 
-// SeenPolicy is a policy that Records of a scope carried: coordinators
+// CarriedPolicy is a policy that Records of a scope carried: coordinators
 // keep, per scope, each distinct policy (by [Policy.Fingerprint]) with
 // the last time a Record carried it, and report those of the last window
 // in Snapshot.Policies.
-type SeenPolicy struct {
+type CarriedPolicy struct {
 	Fingerprint string
 	Policy      Policy
 	Source      PolicySource
 	At          time.Time // the last Record that carried it, by the coordinator's clock
 }
+
+// SeenPolicy is the former name of [CarriedPolicy].
+//
+// Deprecated: use [CarriedPolicy]; "seen" is what a caller knows of a
+// scope's generation (the requests' Seen).
+type SeenPolicy = CarriedPolicy
 
 // PolicyChange tells a [PolicyWatch] that an override was set or reset.
 type PolicyChange struct {

@@ -206,8 +206,8 @@ type snapshotJSON struct {
 	// absent when no Record came in the last window. PoliciesSeen counts
 	// the distinct policies Records carried in it: more than one, and
 	// replicas differ, or the policy changed within the window.
-	Policy       *seenPolicyJSON `json:"policy,omitempty"`
-	PoliciesSeen int             `json:"policies_seen"`
+	Policy       *carriedPolicyJSON `json:"policy,omitempty"`
+	PoliciesSeen int                `json:"policies_seen"`
 }
 
 type transitionJSON struct {

@@ -172,7 +172,7 @@ func showPolicy(ctx context.Context, e *env, c *cbredis.Coordinator, p coordinat
 		out := layersJSON(target, ov)
 		seen := len(s.Policies)
 		out.PoliciesSeen = &seen
-		out.Policies = make([]seenPolicyJSON, len(s.Policies))
+		out.Policies = make([]carriedPolicyJSON, len(s.Policies))
 		for i, sp := range s.Policies {
 			out.Policies[i] = toSeenJSON(sp)
 			out.Policies[i].Policy = policyMap(sp.Policy)
@@ -294,14 +294,14 @@ func policyMap(p coordinator.Policy) map[string]string {
 // and policies come with show SCOPE, changed and result with set and
 // reset.
 type policyJSON struct {
-	Scope         *string           `json:"scope,omitempty"`
-	Changed       *bool             `json:"changed,omitempty"`
-	FleetDefault  layerJSON         `json:"fleet_default"`
-	ScopeOverride *layerJSON        `json:"scope_override,omitempty"`
-	Result        *resultPolicyJSON `json:"result,omitempty"`
-	InForce       *seenPolicyJSON   `json:"in_force,omitempty"` // policies[0] without its fields; absent when no Record came in the last window
-	PoliciesSeen  *int              `json:"policies_seen,omitempty"`
-	Policies      []seenPolicyJSON  `json:"policies,omitempty"`
+	Scope         *string             `json:"scope,omitempty"`
+	Changed       *bool               `json:"changed,omitempty"`
+	FleetDefault  layerJSON           `json:"fleet_default"`
+	ScopeOverride *layerJSON          `json:"scope_override,omitempty"`
+	Result        *resultPolicyJSON   `json:"result,omitempty"`
+	InForce       *carriedPolicyJSON  `json:"in_force,omitempty"` // policies[0] without its fields; absent when no Record came in the last window
+	PoliciesSeen  *int                `json:"policies_seen,omitempty"`
+	Policies      []carriedPolicyJSON `json:"policies,omitempty"`
 }
 
 // layerJSON is a coordinator.PolicyLayer: override {} when there is none.
@@ -322,17 +322,17 @@ type resultPolicyJSON struct {
 	Error       string            `json:"error,omitempty"`
 }
 
-// seenPolicyJSON is a coordinator.SeenPolicy; only the list of policy
+// carriedPolicyJSON is a coordinator.CarriedPolicy; only the list of policy
 // show holds its fields.
-type seenPolicyJSON struct {
+type carriedPolicyJSON struct {
 	Fingerprint string            `json:"fingerprint"`
 	Source      string            `json:"source"` // "code", "fleet default" or "scope override"
 	At          string            `json:"at"`     // the last Record that carried it
 	Policy      map[string]string `json:"policy,omitempty"`
 }
 
-func toSeenJSON(sp coordinator.SeenPolicy) seenPolicyJSON {
-	return seenPolicyJSON{Fingerprint: sp.Fingerprint, Source: sp.Source.String(), At: jsonTime(sp.At)}
+func toSeenJSON(sp coordinator.CarriedPolicy) carriedPolicyJSON {
+	return carriedPolicyJSON{Fingerprint: sp.Fingerprint, Source: sp.Source.String(), At: jsonTime(sp.At)}
 }
 
 func toLayerJSON(l coordinator.PolicyLayer) layerJSON {

@@ -92,7 +92,7 @@ func testIsolateRejectsEveryAdmit(t *testing.T, f Factory) {
 	isolatedAt := h.now()
 	s := h.wantState("isolated", isolated, iso)
 	want := coordinator.Snapshot{Scope: h.scope, State: isolated, Generation: iso, OpenedAt: isolatedAt, Operator: outage, ForcedAt: isolatedAt,
-		Policies: []coordinator.SeenPolicy{seen(h.p, coordinator.SourceCode, isolatedAt)}}
+		Policies: []coordinator.CarriedPolicy{seen(h.p, coordinator.SourceCode, isolatedAt)}}
 	if !sameSnapshot(s, want) {
 		t.Errorf("snapshot %+v; want %+v: an empty window, no end, the operator's note", s, want)
 	}

@@ -113,11 +113,11 @@ var rules = []struct {
 	{"OutlierProbeFailureDoublesThePeriod", testOutlierProbeFailureDoublesThePeriod},
 	{"FleetTripEndsEverySpell", testFleetTripEndsEverySpell},
 	{"OutlierTransitionsStayOffTheFeed", testOutlierTransitionsStayOffTheFeed},
-	// seenpolicies.go
+	// carriedpolicies.go
 	{"RecordCarriesItsPolicy", testRecordCarriesItsPolicy},
-	{"SeenPoliciesNewestFirst", testSeenPoliciesNewestFirst},
-	{"SeenPolicyLeavesAfterAWindow", testSeenPolicyLeavesAfterAWindow},
-	{"SeenPoliciesKeepTheNewest", testSeenPoliciesKeepTheNewest},
+	{"CarriedPoliciesNewestFirst", testCarriedPoliciesNewestFirst},
+	{"CarriedPolicyLeavesAfterAWindow", testCarriedPolicyLeavesAfterAWindow},
+	{"CarriedPoliciesKeepTheNewest", testCarriedPoliciesKeepTheNewest},
 	// ramp.go
 	{"RampLeftAfterRecovery", testRampLeftAfterRecovery},
 	{"NoRampWithoutRecovery", testNoRampWithoutRecovery},

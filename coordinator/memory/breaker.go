@@ -86,8 +86,8 @@ type breaker struct {
 	recoveredAt int64
 
 	// policies are the policies Records carried, by fingerprint
-	// (seenpolicies.go).
-	policies map[string]seenPolicy
+	// (carriedpolicies.go).
+	policies map[string]carriedPolicy
 
 	// replicas are the replicas that failed in the generation, reporters
 	// those that recorded lately (in any generation), and epoch numbers
@@ -519,7 +519,7 @@ func (b *breaker) snapshot(r *rules, scope string, now int64) coordinator.Snapsh
 	s.Calls, s.Failures, s.Slow = b.counts(r, now)
 	s.Throttled = b.throttled(r, now)
 	width, buckets := b.layout(r)
-	s.Policies = b.seenPolicies(now - width*buckets)
+	s.Policies = b.carriedPolicies(now - width*buckets)
 	if b.openedAt != 0 {
 		s.OpenedAt = time.UnixMilli(b.openedAt)
 	}

@@ -288,7 +288,7 @@ func snapshotted(scope string, a answer) (coordinator.Snapshot, error) {
 			Since: unixMilli(e.int("since")), Until: until, RetryAfter: max(0, until.Sub(time.UnixMilli(a.now))),
 			Reason: e.str("reason")})
 	})
-	s.Policies = seenPolicies(p)
+	s.Policies = carriedPolicies(p)
 	if p.err != nil {
 		return coordinator.Snapshot{}, opError("snapshot", scope, p.err)
 	}

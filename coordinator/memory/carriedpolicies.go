@@ -10,9 +10,9 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
-// seenPolicy is a policy Records carried (Snapshot.Policies): where it came
+// carriedPolicy is a policy Records carried (Snapshot.Policies): where it came
 // from, and when the last Record that carried it came (ms).
-type seenPolicy struct {
+type carriedPolicy struct {
 	p      coordinator.Policy
 	source coordinator.PolicySource
 	at     int64
@@ -26,9 +26,9 @@ type seenPolicy struct {
 func (b *breaker) carry(r *rules, now int64, fp string, source coordinator.PolicySource) {
 	_, known := b.policies[fp]
 	if b.policies == nil {
-		b.policies = make(map[string]seenPolicy, 1)
+		b.policies = make(map[string]carriedPolicy, 1)
 	}
-	b.policies[fp] = seenPolicy{p: r.p, source: source, at: now}
+	b.policies[fp] = carriedPolicy{p: r.p, source: source, at: now}
 	if known {
 		return
 	}
@@ -38,22 +38,22 @@ func (b *breaker) carry(r *rules, now int64, fp string, source coordinator.Polic
 		}
 	}
 	if len(b.policies) > implement.RecentPolicies {
-		for _, sp := range b.seenPolicies(0)[implement.RecentPolicies:] {
+		for _, sp := range b.carriedPolicies(0)[implement.RecentPolicies:] {
 			delete(b.policies, sp.Fingerprint)
 		}
 	}
 }
 
-// seenPolicies lists the policies carried after since (ms), newest first,
+// carriedPolicies lists the policies carried after since (ms), newest first,
 // ties broken by fingerprint; nil when there are none.
-func (b *breaker) seenPolicies(since int64) []coordinator.SeenPolicy {
-	var out []coordinator.SeenPolicy
+func (b *breaker) carriedPolicies(since int64) []coordinator.CarriedPolicy {
+	var out []coordinator.CarriedPolicy
 	for fp, sp := range b.policies {
 		if sp.at > since {
-			out = append(out, coordinator.SeenPolicy{Fingerprint: fp, Policy: sp.p, Source: sp.source, At: time.UnixMilli(sp.at)})
+			out = append(out, coordinator.CarriedPolicy{Fingerprint: fp, Policy: sp.p, Source: sp.source, At: time.UnixMilli(sp.at)})
 		}
 	}
-	slices.SortFunc(out, func(x, y coordinator.SeenPolicy) int {
+	slices.SortFunc(out, func(x, y coordinator.CarriedPolicy) int {
 		return cmp.Or(y.At.Compare(x.At), strings.Compare(x.Fingerprint, y.Fingerprint))
 	})
 	return out

@@ -23,8 +23,8 @@ import (
 // at most implement.RecentPolicies of them, the newest.
 
 // seen is what a Snapshot should list for p carried at at from source.
-func seen(p coordinator.Policy, source coordinator.PolicySource, at time.Time) coordinator.SeenPolicy {
-	return coordinator.SeenPolicy{Fingerprint: p.Fingerprint(), Policy: p, Source: source, At: at}
+func seen(p coordinator.Policy, source coordinator.PolicySource, at time.Time) coordinator.CarriedPolicy {
+	return coordinator.CarriedPolicy{Fingerprint: p.Fingerprint(), Policy: p, Source: source, At: at}
 }
 
 // recordFrom records outcomes under the harness's policy, from source.
@@ -34,7 +34,7 @@ func (h *harness) recordFrom(source coordinator.PolicySource, outcomes ...coordi
 }
 
 // wantPolicies checks the policies a Snapshot lists, times by instant.
-func (h *harness) wantPolicies(what string, want ...coordinator.SeenPolicy) {
+func (h *harness) wantPolicies(what string, want ...coordinator.CarriedPolicy) {
 	h.t.Helper()
 	got := h.snapshot().Policies
 	if !samePolicies(got, want) {
@@ -43,13 +43,13 @@ func (h *harness) wantPolicies(what string, want ...coordinator.SeenPolicy) {
 }
 
 // samePolicies compares seen policies field by field, times by instant.
-func samePolicies(a, b []coordinator.SeenPolicy) bool {
-	return slices.EqualFunc(a, b, func(x, y coordinator.SeenPolicy) bool {
+func samePolicies(a, b []coordinator.CarriedPolicy) bool {
+	return slices.EqualFunc(a, b, func(x, y coordinator.CarriedPolicy) bool {
 		return x.Fingerprint == y.Fingerprint && x.Policy == y.Policy && x.Source == y.Source && x.At.Equal(y.At)
 	})
 }
 
-func showPolicies(ps []coordinator.SeenPolicy) string {
+func showPolicies(ps []coordinator.CarriedPolicy) string {
 	if len(ps) == 0 {
 		return "none"
 	}
@@ -87,9 +87,9 @@ func testRecordCarriesItsPolicy(t *testing.T, f Factory) {
 		seen(q.p, coordinator.SourceFleet, ho.now()), seen(ho.p, coordinator.SourceCode, ho.now().Add(-time.Millisecond)))
 }
 
-// testSeenPoliciesNewestFirst: two policies, two entries, the last carried
+// testCarriedPoliciesNewestFirst: two policies, two entries, the last carried
 // first; one instant, by fingerprint.
-func testSeenPoliciesNewestFirst(t *testing.T, f Factory) {
+func testCarriedPoliciesNewestFirst(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	gen := h.closedGen()
 	other := h.on(h.scope)
@@ -107,15 +107,15 @@ func testSeenPoliciesNewestFirst(t *testing.T, f Factory) {
 	third := h.on(h.scope)
 	third.p.MinCalls = 9
 	third.record(ok(gen))
-	want := []coordinator.SeenPolicy{seen(h.p, coordinator.SourceScope, h.now()), seen(third.p, coordinator.SourceCode, h.now())}
-	slices.SortFunc(want, func(a, b coordinator.SeenPolicy) int { return strings.Compare(a.Fingerprint, b.Fingerprint) })
+	want := []coordinator.CarriedPolicy{seen(h.p, coordinator.SourceScope, h.now()), seen(third.p, coordinator.SourceCode, h.now())}
+	slices.SortFunc(want, func(a, b coordinator.CarriedPolicy) int { return strings.Compare(a.Fingerprint, b.Fingerprint) })
 	h.wantPolicies("two carried at one instant", append(want, seen(other.p, coordinator.SourceFleet, h.now().Add(-10*time.Millisecond)))...)
 }
 
-// testSeenPolicyLeavesAfterAWindow: a policy is listed for a window after
+// testCarriedPolicyLeavesAfterAWindow: a policy is listed for a window after
 // the last Record that carried it: the window the counts were written
 // with, whatever the reader's policy.
-func testSeenPolicyLeavesAfterAWindow(t *testing.T, f Factory) {
+func testCarriedPolicyLeavesAfterAWindow(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	gen := h.closedGen()
 	h.record(ok(gen))
@@ -133,18 +133,18 @@ func testSeenPolicyLeavesAfterAWindow(t *testing.T, f Factory) {
 		seen(other.p, coordinator.SourceCode, first.Add(500*time.Millisecond)))
 }
 
-// testSeenPoliciesKeepTheNewest: a fleet out of step leaves at most
+// testCarriedPoliciesKeepTheNewest: a fleet out of step leaves at most
 // implement.RecentPolicies of them, the newest.
-func testSeenPoliciesKeepTheNewest(t *testing.T, f Factory) {
+func testCarriedPoliciesKeepTheNewest(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	gen := h.closedGen()
-	var want []coordinator.SeenPolicy
+	var want []coordinator.CarriedPolicy
 	for i := range implement.RecentPolicies + 4 {
 		h.advance(time.Millisecond)
 		o := h.on(h.scope)
 		o.p.MinCalls = 10 + i
 		o.record(ok(gen))
-		want = append([]coordinator.SeenPolicy{seen(o.p, coordinator.SourceCode, h.now())}, want...)
+		want = append([]coordinator.CarriedPolicy{seen(o.p, coordinator.SourceCode, h.now())}, want...)
 	}
 	h.wantPolicies(fmt.Sprintf("%d policies", len(want)), want[:implement.RecentPolicies]...)
 }

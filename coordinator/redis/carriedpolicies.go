@@ -2,16 +2,16 @@ package redis
 
 import "github.com/cbgrpc/cbgrpc/coordinator"
 
-// seenPolicies reads the policies a Snapshot lists (snapshot.lua), in the
+// carriedPolicies reads the policies a Snapshot lists (snapshot.lua), in the
 // order the script gives them: newest first.
-func seenPolicies(p *pairs) []coordinator.SeenPolicy {
-	var out []coordinator.SeenPolicy
+func carriedPolicies(p *pairs) []coordinator.CarriedPolicy {
+	var out []coordinator.CarriedPolicy
 	p.each("policies", func(e *pairs) {
 		// A policy encoded by a newer release may name a field this one
 		// does not know: it is listed with the fields read before it, its
 		// fingerprint still telling it apart.
 		policy, _ := coordinator.DecodePolicy(e.str("encoding"))
-		out = append(out, coordinator.SeenPolicy{
+		out = append(out, coordinator.CarriedPolicy{
 			Fingerprint: e.str("fingerprint"),
 			Policy:      policy,
 			Source:      coordinator.PolicySource(e.int("source")),
