@@ -174,4 +174,6 @@ var rules = []struct {
 	{"ManualStatesAreTransitions", testManualStatesAreTransitions},
 	{"InvalidNoteIsAnError", testInvalidNoteIsAnError},
 	{"NoReplicasNothingToWaitFor", testNoReplicasNothingToWaitFor},
+	// check.go: the optional start-up check
+	{"CheckPassesWhenServing", testCheckPassesWhenServing},
 }

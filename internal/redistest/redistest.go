@@ -1,6 +1,7 @@
 // Package redistest starts real redis-server processes for tests: a single
 // server on a free loopback port that a test can stop, pause, resume and
-// restart ([Start]); a master, its replica and a Sentinel that can fail
+// restart ([Start]), with ACL users of a given grant
+// ([Server.SetUser]), and a replica of it ([StartReplica]); a master, its replica and a Sentinel that can fail
 // over between them, keeping or losing the last writes ([StartSentinel]);
 // and a three-master Redis Cluster, with or without a replica per master
 // ([StartCluster], [StartClusterWithReplicas]); and, for benchmarks, a
