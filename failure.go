@@ -22,6 +22,8 @@ type health struct {
 	downUntil atomic.Int64
 	trying    atomic.Bool
 	failing   atomic.Bool
+	// complaints are the failures reported since it last worked (ready.go).
+	complaints complaints
 }
 
 // mayAsk reports whether a call may ask the coordinator: yes while it
@@ -80,6 +82,7 @@ func (h *health) succeeded() {
 	}
 	if h.failing.Load() {
 		h.failing.Store(false)
+		h.complaints.reset()
 	}
 	h.trying.Store(false)
 }

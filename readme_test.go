@@ -199,7 +199,12 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 	for op := range b.tel.plainOps {
 		want["cbgrpc.coordinator.duration"] = append(want["cbgrpc.coordinator.duration"], op)
 	}
-	for _, err := range []error{context.DeadlineExceeded, context.Canceled, coordinator.ErrInvalidPolicy, coordinator.ErrCorruptState, errTransport} {
+	errs := []error{context.DeadlineExceeded, context.Canceled, coordinator.ErrInvalidPolicy, coordinator.ErrCorruptState, errTransport}
+	for _, kind := range []string{coordinator.KindUnreachable, coordinator.KindTimeout, coordinator.KindAuth, coordinator.KindPermission,
+		coordinator.KindReadOnly, coordinator.KindLoading, coordinator.KindScript} {
+		errs = append(errs, &kindError{kind: kind, err: errTransport})
+	}
+	for _, err := range errs {
 		want["cbgrpc.coordinator.errors"] = append(want["cbgrpc.coordinator.errors"], errorKind(err))
 		want["cbgrpc.feed.losses"] = append(want["cbgrpc.feed.losses"], errorKind(err))
 	}

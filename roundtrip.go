@@ -118,12 +118,14 @@ func (b *Breaker) roundTrip(ctx context.Context, t exchange, f func(ctx context.
 	if err != nil && retryable(cctx, err) {
 		a, err = b.attempt(cctx, t.wg, call)
 	}
+	err = b.kinded(err)
 	b.tel.coordinatorCall(ctx, t.scope, t.op, time.Since(start), err)
 	if err != nil {
 		if ctx.Err() != nil {
 			b.health.abandoned()
 		} else {
 			b.health.failed(err, t.admission)
+			b.complain(err)
 		}
 		return answer{}, err
 	}
@@ -202,6 +204,8 @@ func retryable(ctx context.Context, err error) bool {
 		!errors.Is(err, context.Canceled)
 }
 
+// errorKind is the cbgrpc.error of err: the Breaker's own kinds first,
+// then the coordinator's (kinded), else "error".
 func errorKind(err error) string {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
@@ -212,6 +216,10 @@ func errorKind(err error) string {
 		return "corrupt_state"
 	case errors.Is(err, context.Canceled):
 		return "canceled"
+	}
+	var k *kindError
+	if errors.As(err, &k) {
+		return k.kind
 	}
 	return "error"
 }

@@ -32,8 +32,9 @@
 // Optional interfaces add to that: [Watcher] (a feed of transitions, and
 // with [PolicyWatch] of policy changes), [Controller] (operators force a
 // breaker's state, and store an [Override] of the policy for one scope or
-// a fleet default, which Breakers lay over their code's policy), [Lister]
-// and [Pusher]. Every Record carries its policy, so that a [Snapshot]
+// a fleet default, which Breakers lay over their code's policy), [Lister],
+// [Pusher], and [Checker] (a start-up check) with [ErrorKinds] (the kind of
+// cause of an error, for telemetry). Every Record carries its policy, so that a [Snapshot]
 // tells which policies the replicas run (Snapshot.Policies, by
 // [Policy.Fingerprint]); and a window keeps the layout it was written
 // with, so a change of Policy.Window or Policy.Buckets re-lays it without

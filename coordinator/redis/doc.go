@@ -77,4 +77,9 @@
 // (RecordRequest.BatchID): the last [implement.RecentBatches] batch IDs
 // of a scope are kept beside its state. What the window keeps of the
 // replicas that record (Policy.Outliers) is in replicas.lua.
+//
+// [Coordinator.Check] ([coordinator.Checker]) tells at start-up, in words,
+// why Redis cannot serve: unreachable, credentials refused, a grant
+// missing, a replica; [Coordinator.ErrorKind] names the cause of any of
+// its errors.
 package redis

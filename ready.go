@@ -1,0 +1,127 @@
+package cbgrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// Ready reports whether the coordinator can serve, for a program to check
+// at start-up: the coordinator's Check ([coordinator.Checker]; for Redis,
+// whether it is reachable, takes the credentials, grants what the scripts
+// need and is a master), or nil when it has none. It returns when ctx
+// ends, even if the coordinator ignores deadlines.
+func (b *Breaker) Ready(ctx context.Context) error {
+	ch, ok := b.c.(coordinator.Checker)
+	if !ok {
+		return nil
+	}
+	var err error
+	if b.inline {
+		err = ch.Check(ctx)
+	} else {
+		done := make(chan error, 1)
+		go func() { done <- ch.Check(ctx) }()
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("cbgrpc: Ready: %w", err)
+	}
+	return nil
+}
+
+// checkTimeout bounds the check made when the coordinator starts failing.
+const checkTimeout = time.Second
+
+// complaints are the kinds of coordinator failure reported to otel.Handle
+// since the coordinator last worked: each is reported once, not per call.
+type complaints struct {
+	mu   sync.Mutex
+	told map[string]bool
+}
+
+// first reports whether kind was not reported yet, and notes it.
+func (c *complaints) first(kind string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.told[kind] {
+		return false
+	}
+	if c.told == nil {
+		c.told = make(map[string]bool)
+	}
+	c.told[kind] = true
+	return true
+}
+
+// reset forgets what was reported: the coordinator works again.
+func (c *complaints) reset() {
+	c.mu.Lock()
+	clear(c.told)
+	c.mu.Unlock()
+}
+
+// complain reports a coordinator error to otel.Handle when it is the first
+// of its kind since the coordinator last worked. One scope's unusable data
+// is no failure of the coordinator. A coordinator with a Check is checked
+// first, in the background: a go-redis client reports a refused
+// connection as a timeout, which the check tells apart.
+func (b *Breaker) complain(err error) {
+	if errors.Is(err, coordinator.ErrCorruptState) {
+		return
+	}
+	kind := errorKind(err)
+	if !b.health.complaints.first(kind) {
+		return
+	}
+	ch, ok := b.c.(coordinator.Checker)
+	if !ok || !b.enter() {
+		otel.Handle(failing(kind, err, nil))
+		return
+	}
+	go func() {
+		defer b.admits.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+		defer cancel()
+		otel.Handle(failing(kind, err, ch.Check(ctx)))
+	}()
+}
+
+// failing is the report of err, of kind, with what the coordinator's check
+// said, in words, if it failed too.
+func failing(kind string, err, check error) error {
+	if check == nil {
+		return fmt.Errorf("cbgrpc: coordinator failing (%s): %w", kind, err)
+	}
+	return fmt.Errorf("cbgrpc: coordinator failing (%s): %w; its check: %w", kind, err, check)
+}
+
+// kindError carries the coordinator's name for the cause of its error
+// ([coordinator.ErrorKinds]) to errorKind.
+type kindError struct {
+	kind string
+	err  error
+}
+
+func (e *kindError) Error() string { return e.err.Error() }
+func (e *kindError) Unwrap() error { return e.err }
+
+// kinded wraps err with the coordinator's kind for it, if it names one.
+func (b *Breaker) kinded(err error) error {
+	if k, ok := b.c.(coordinator.ErrorKinds); ok && err != nil {
+		if kind := k.ErrorKind(err); kind != "" {
+			return &kindError{kind: kind, err: err}
+		}
+	}
+	return err
+}
