@@ -29,16 +29,21 @@ var checkScript = goredis.NewScript(checkLua)
 // another: its scripts would fail with READONLY once they write.
 var errReplica = errors.New("INFO replication says role:slave")
 
+// errRefused is what Check finds when the ACL refuses commands the
+// operations' scripts run.
+var errRefused = errors.New("NOPERM the ACL refuses commands the scripts run")
+
 // Check implements [coordinator.Checker] on the node that holds the fleet
 // default's policy (on a Redis Cluster, the master the client maps its
 // slot to; other masters are not asked): it dials the node, then sends
 // PING, INFO replication (the node must be a master) and a script that
-// reads that key, as the operations do. It writes nothing. The error
+// reads that key, as the operations do, and (Redis 7) asks the ACL about
+// every command their scripts run. It writes nothing. The error
 // names the cause: the node cannot be reached, the credentials are
 // refused, the user lacks a grant (see docs/redis-acl.md), the node is a
 // replica, or it is loading its data.
 func (c *Coordinator) Check(ctx context.Context) error {
-	key, _ := fleetKeys(c.prefix)
+	key, channel := fleetKeys(c.prefix)
 	node, addr, err := c.checkNode(ctx, key)
 	if err != nil {
 		return checkError(addr, err)
@@ -66,8 +71,16 @@ func (c *Coordinator) Check(ctx context.Context) error {
 	if role := info["Replication"]["role"]; role != "" && role != "master" {
 		return checkError(addr, fmt.Errorf("%w, master %s:%s", errReplica, info["Replication"]["master_host"], info["Replication"]["master_port"]))
 	}
-	if err := checkScript.Run(ctx, rdb, []string{key}).Err(); err != nil {
+	publish := "PUBLISH"
+	if c.sharded {
+		publish = "SPUBLISH"
+	}
+	refused, err := checkScript.Run(ctx, rdb, []string{key}, channel, publish).StringSlice()
+	if err != nil {
 		return checkError(addr, err)
+	}
+	if len(refused) > 0 {
+		return checkError(addr, fmt.Errorf("%w: %s", errRefused, strings.Join(refused, ", ")))
 	}
 	return nil
 }
@@ -166,7 +179,7 @@ func kindOf(err error) string {
 	// command before authenticating.
 	case goredis.IsAuthError(err) || errors.As(err, &reply) && strings.Contains(reply.Error(), "unauthenticated"):
 		return coordinator.KindAuth
-	case goredis.IsPermissionError(err) || errors.As(err, &reply) && strings.Contains(reply.Error(), "can't run this command"):
+	case errors.Is(err, errRefused) || goredis.IsPermissionError(err) || errors.As(err, &reply) && strings.Contains(reply.Error(), "can't run this command"):
 		return coordinator.KindPermission
 	case goredis.IsLoadingError(err):
 		return coordinator.KindLoading

@@ -35,6 +35,8 @@ func TestCheckNamesTheCause(t *testing.T) {
 	s.SetUser(t, "cbgrpc", "right", checkGrant)
 	s.SetUser(t, "noevalsha", "right", strings.Replace(checkGrant, "+evalsha ", "", 1))
 	s.SetUser(t, "otherkeys", "right", strings.Replace(checkGrant, "~cbgrpc:*", "~other:*", 1))
+	s.SetUser(t, "nohset", "right", strings.Replace(checkGrant, "+hset ", "", 1))
+	s.SetUser(t, "otherchannels", "right", strings.Replace(checkGrant, "&cbgrpc:*", "&other:*", 1))
 	replica := redistest.StartReplica(t, s)
 	port, err := freeport.Loopback(false)
 	if err != nil {
@@ -56,6 +58,10 @@ func TestCheckNamesTheCause(t *testing.T) {
 			coordinator.KindPermission, []string{"NOPERM", "evalsha", "docs/redis-acl.md"}},
 		{"KeysOutsideTheGrant", userClient(t, s, "otherkeys", "right"),
 			coordinator.KindPermission, []string{"NOPERM", "key", "docs/redis-acl.md"}},
+		{"NoHset", userClient(t, s, "nohset", "right"),
+			coordinator.KindPermission, []string{"NOPERM", "HSET", "docs/redis-acl.md"}},
+		{"ChannelsOutsideTheGrant", userClient(t, s, "otherchannels", "right"),
+			coordinator.KindPermission, []string{"NOPERM", "PUBLISH", "docs/redis-acl.md"}},
 		{"Replica", replica.Client(t),
 			coordinator.KindReadOnly, []string{replica.Addr() + " is a read-only replica, not a master (READONLY)", s.Addr()}},
 	} {
