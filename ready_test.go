@@ -69,7 +69,7 @@ const readyGrant = "resetkeys ~cbgrpc:* resetchannels &cbgrpc:* -@all " +
 // TestMisconfiguredRedisIsNamed: a wrong address, a wrong password, a
 // missing ACL grant and a replica each fail Ready naming the cause, and
 // within 2 s of the first call reach otel.Handle, once, with the
-// underlying error and the cbgrpc.error kind.
+// underlying error; the cbgrpc.error of the calls names the kind.
 func TestMisconfiguredRedisIsNamed(t *testing.T) {
 	s := redistest.Start(t)
 	s.SetUser(t, "cbgrpc", "right", readyGrant+" +evalsha")
@@ -103,7 +103,8 @@ func TestMisconfiguredRedisIsNamed(t *testing.T) {
 			r := handleReports(t)
 			rdb := goredis.NewClient(tc.opt)
 			defer rdb.Close()
-			b := newBreaker(t, cbredis.New(rdb), tc.opts...)
+			mt := newMetrics()
+			b := newBreaker(t, cbredis.New(rdb), append(tc.opts, WithMeterProvider(mt.mp))...)
 
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
@@ -149,6 +150,9 @@ func TestMisconfiguredRedisIsNamed(t *testing.T) {
 			}
 			if got := errorKind(report); got != tc.kind {
 				t.Errorf("cbgrpc.error of the report = %q, want %q", got, tc.kind)
+			}
+			if n := mt.sum(t, "cbgrpc.coordinator.errors", attrError.String(tc.kind)); n == 0 {
+				t.Errorf("no cbgrpc.coordinator.errors with cbgrpc.error=%q", tc.kind)
 			}
 		})
 	}
