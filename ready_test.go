@@ -61,19 +61,14 @@ func (r *reports) count() int {
 	return len(errs)
 }
 
-// readyGrant is the grant of docs/redis-acl.md but for +evalsha.
-const readyGrant = "resetkeys ~cbgrpc:* resetchannels &cbgrpc:* -@all " +
-	"+eval +time +hget +hgetall +hmget +hset +hdel +hvals +del +persist +pexpire " +
-	"+publish +spublish +subscribe +ssubscribe +unsubscribe +sunsubscribe +ping +info +wait"
-
 // TestMisconfiguredRedisIsNamed: a wrong address, a wrong password, a
 // missing ACL grant and a replica each fail Ready naming the cause, and
 // within 2 s of the first call reach otel.Handle, once, with the
 // underlying error; the cbgrpc.error of the calls names the kind.
 func TestMisconfiguredRedisIsNamed(t *testing.T) {
 	s := redistest.Start(t)
-	s.SetUser(t, "cbgrpc", "right", readyGrant+" +evalsha")
-	s.SetUser(t, "noevalsha", "right", readyGrant)
+	s.SetUser(t, "cbgrpc", "right", redistest.ACLGrant)
+	s.SetUser(t, "noevalsha", "right", strings.Replace(redistest.ACLGrant, "+evalsha ", "", 1))
 	replica := redistest.StartReplica(t, s)
 	port, err := freeport.Loopback(false)
 	if err != nil {

@@ -15,11 +15,6 @@ import (
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
-// checkGrant is the grant of docs/redis-acl.md, which Check must pass.
-const checkGrant = "resetkeys ~cbgrpc:* resetchannels &cbgrpc:* -@all " +
-	"+evalsha +eval +time +hget +hgetall +hmget +hset +hdel +hvals +del +persist +pexpire " +
-	"+publish +spublish +subscribe +ssubscribe +unsubscribe +sunsubscribe +ping +info +wait"
-
 // userClient returns a client of s logged in as name with password.
 func userClient(t *testing.T, s *redistest.Server, name, password string) *goredis.Client {
 	rdb := goredis.NewClient(&goredis.Options{Addr: s.Addr(), Username: name, Password: password, ContextTimeoutEnabled: true})
@@ -32,11 +27,11 @@ func userClient(t *testing.T, s *redistest.Server, name, password string) *gored
 // gave, and ErrorKind names its kind.
 func TestCheckNamesTheCause(t *testing.T) {
 	s := redistest.Start(t)
-	s.SetUser(t, "cbgrpc", "right", checkGrant)
-	s.SetUser(t, "noevalsha", "right", strings.Replace(checkGrant, "+evalsha ", "", 1))
-	s.SetUser(t, "otherkeys", "right", strings.Replace(checkGrant, "~cbgrpc:*", "~other:*", 1))
-	s.SetUser(t, "nohset", "right", strings.Replace(checkGrant, "+hset ", "", 1))
-	s.SetUser(t, "otherchannels", "right", strings.Replace(checkGrant, "&cbgrpc:*", "&other:*", 1))
+	s.SetUser(t, "cbgrpc", "right", redistest.ACLGrant)
+	s.SetUser(t, "noevalsha", "right", strings.Replace(redistest.ACLGrant, "+evalsha ", "", 1))
+	s.SetUser(t, "otherkeys", "right", strings.Replace(redistest.ACLGrant, "~cbgrpc:*", "~other:*", 1))
+	s.SetUser(t, "nohset", "right", strings.Replace(redistest.ACLGrant, "+hset ", "", 1))
+	s.SetUser(t, "otherchannels", "right", strings.Replace(redistest.ACLGrant, "&cbgrpc:*", "&other:*", 1))
 	replica := redistest.StartReplica(t, s)
 	port, err := freeport.Loopback(false)
 	if err != nil {
@@ -94,8 +89,8 @@ func TestCheckNamesTheCause(t *testing.T) {
 // the kind of their cause, which the Breaker's telemetry reports.
 func TestErrorKindOfOperations(t *testing.T) {
 	s := redistest.Start(t)
-	s.SetUser(t, "cbgrpc", "right", checkGrant)
-	s.SetUser(t, "nohset", "right", strings.Replace(checkGrant, "+hset ", "", 1))
+	s.SetUser(t, "cbgrpc", "right", redistest.ACLGrant)
+	s.SetUser(t, "nohset", "right", strings.Replace(redistest.ACLGrant, "+hset ", "", 1))
 	replica := redistest.StartReplica(t, s)
 	for _, tc := range []struct {
 		name   string

@@ -17,10 +17,8 @@ import (
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
-// aclGrant is the grant docs/redis-acl.md documents, word for word.
-const aclGrant = "resetkeys ~cbgrpc:* resetchannels &cbgrpc:* -@all " +
-	"+evalsha +eval +time +hget +hgetall +hmget +hset +hdel +hvals +del +persist +pexpire " +
-	"+publish +spublish +subscribe +ssubscribe +unsubscribe +sunsubscribe +ping +info +wait"
+// aclGrant is the grant docs/redis-acl.md documents.
+const aclGrant = redistest.ACLGrant
 
 // aclClusterGrant adds what a cluster client reads at start: the slots,
 // and the commands' key positions.
@@ -29,13 +27,7 @@ const aclClusterGrant = aclGrant + " +cluster|slots +command"
 // setUser creates the user cbgrpc with exactly grant on s.
 func setUser(t *testing.T, s *redistest.Server, grant string) {
 	t.Helper()
-	args := []any{"ACL", "SETUSER", "cbgrpc", "reset", "on", ">cbgrpc-test"}
-	for _, w := range strings.Fields(grant) {
-		args = append(args, w)
-	}
-	if err := s.Client(t).Do(context.Background(), args...).Err(); err != nil {
-		t.Fatalf("ACL SETUSER: %v", err)
-	}
+	s.SetUser(t, "cbgrpc", "cbgrpc-test", grant)
 }
 
 // aclUser creates a user with exactly aclGrant on s and returns a client
