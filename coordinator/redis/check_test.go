@@ -47,6 +47,8 @@ func TestCheckNamesTheCause(t *testing.T) {
 	}{
 		{"WrongAddress", goredis.NewClient(&goredis.Options{Addr: nobody, ContextTimeoutEnabled: true}),
 			coordinator.KindUnreachable, []string{"cannot reach Redis at " + nobody, "connection refused"}},
+		{"WrongClusterAddress", goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{nobody}, ContextTimeoutEnabled: true}),
+			coordinator.KindUnreachable, []string{"cannot reach Redis at " + nobody, "connection refused"}},
 		{"WrongPassword", userClient(t, s, "cbgrpc", "wrong"),
 			coordinator.KindAuth, []string{"refused the credentials", "WRONGPASS"}},
 		{"NoEvalsha", userClient(t, s, "noevalsha", "right"),
@@ -61,6 +63,7 @@ func TestCheckNamesTheCause(t *testing.T) {
 			coordinator.KindReadOnly, []string{replica.Addr() + " is a read-only replica, not a master (READONLY)", s.Addr()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			defer tc.client.Close()
 			c := cbredis.New(tc.client)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
