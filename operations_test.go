@@ -13,7 +13,7 @@ import (
 )
 
 // TestEveryOperationIsListed reads the package's code for the operation of
-// every coordinator call (trip.op), and wants each one in operations: a
+// every coordinator call (exchange.op), and wants each one in operations: a
 // call missing from it gets no precomputed metric options, and the telemetry page
 // would not list it (push slipped through once). An operation passed on by
 // control or inspect is read where they are called.
@@ -49,7 +49,7 @@ func TestEveryOperationIsListed(t *testing.T) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.CompositeLit:
-				if id, ok := n.Type.(*ast.Ident); ok && id.Name == "trip" {
+				if id, ok := n.Type.(*ast.Ident); ok && id.Name == "exchange" {
 					for _, el := range n.Elts {
 						if kv, ok := el.(*ast.KeyValueExpr); ok && kv.Key.(*ast.Ident).Name == "op" {
 							check(kv.Value, fset.Position(kv.Pos()).String())
