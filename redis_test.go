@@ -167,9 +167,13 @@ func TestRedisMemoryBoundedByScopesInUse(t *testing.T) {
 	inspect := srv.Client(t)
 	p := coordinator.DefaultPolicy()
 	p.Window = 200 * time.Millisecond
-	// The default timeout: under 100,000 scopes a Record that waits longer
-	// would hold Close past its bound.
-	b := newBreaker(t, cbredis.New(srv.Client(t)), WithPolicy(p), WithCoordinatorTimeout(DefaultCoordinatorTimeout))
+	// Each wave waits until the coordinator has heard every outcome of it
+	// (delivered), so that what is measured after it is what forgotten
+	// scopes leave behind, not the Records still queued behind a fast
+	// wave; nor can such a queue build up over the waves and hold Close
+	// past its bound.
+	rc := &deliveryCounter{Coordinator: cbredis.New(srv.Client(t))}
+	b := newBreaker(t, rc, WithPolicy(p))
 	ctx := context.Background()
 	subscriptions := func() int {
 		list, err := inspect.ClientList(ctx).Result()
@@ -226,6 +230,7 @@ func TestRedisMemoryBoundedByScopesInUse(t *testing.T) {
 		}
 		wg.Wait()
 		peakTable, peakSubs = max(peakTable, b.known.size()), max(peakSubs, subscriptions())
+		waitUntilDelivered(t, rc, int64(wave+1)*perWave)
 		// The feed keeps following the fleet default's policy channel,
 		// with its two heartbeat channels: three subscriptions whatever
 		// the scopes.
@@ -252,6 +257,35 @@ func TestRedisMemoryBoundedByScopesInUse(t *testing.T) {
 	t.Logf("heap trend after the first wave: %.0f bytes a wave, %.1f bytes a scope", slope, slope/perWave)
 	if slope >= 100*perWave {
 		t.Errorf("the heap grows by %.0f bytes a wave (%.1f bytes for each scope forgotten); want it flat", slope, slope/perWave)
+	}
+}
+
+// deliveryCounter counts the outcomes its coordinator's Records counted
+// or answered for, and nothing else: it keeps no outcome, and has every
+// method of the Redis coordinator (its feed among them).
+type deliveryCounter struct {
+	*cbredis.Coordinator
+	delivered atomic.Int64
+}
+
+func (d *deliveryCounter) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
+	res, err := d.Coordinator.Record(ctx, q)
+	if err == nil {
+		d.delivered.Add(int64(len(q.Outcomes)))
+	}
+	return res, err
+}
+
+// waitUntilDelivered waits, up to a minute, until d's Records have
+// delivered n outcomes.
+func waitUntilDelivered(t *testing.T, d *deliveryCounter, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for d.delivered.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the Records delivered %d outcomes of %d within a minute", d.delivered.Load(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
