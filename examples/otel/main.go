@@ -229,8 +229,19 @@ func scenario(ctx context.Context, out *transitions, tp *sdktrace.TracerProvider
 	}
 	tracer := tp.Tracer("github.com/cbgrpc/cbgrpc/examples/otel")
 	var clients []testgrpc.TestServiceClient
+	// reclosed counts the replicas that learned the breaker closed again.
+	// The replica whose probe closed it counts and traces the transition
+	// before it tells its callback, so once all three told, the metrics
+	// hold it.
+	var reclosed atomic.Int32
 	for range 3 {
+		var once sync.Once
 		b, err := cbgrpc.New(coord,
+			cbgrpc.WithOnTransition(func(tr coordinator.Transition) {
+				if tr.From == coordinator.StateHalfOpen && tr.To == coordinator.StateClosed {
+					once.Do(func() { reclosed.Add(1) })
+				}
+			}),
 			cbgrpc.WithPolicy(policy),
 			cbgrpc.WithScope(func(context.Context, string, string) string { return scope }),
 			cbgrpc.WithRecordInterval(10*time.Millisecond),
@@ -293,6 +304,9 @@ func scenario(ctx context.Context, out *transitions, tp *sdktrace.TracerProvider
 		}
 		tripped = tripped || s.State != coordinator.StateClosed
 		if tripped && s.State == coordinator.StateClosed {
+			for deadline := time.Now().Add(2 * time.Second); reclosed.Load() < 3 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
 			hold()
 			return nil
 		}
