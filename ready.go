@@ -16,28 +16,29 @@ import (
 // at start-up: the coordinator's Check ([coordinator.Checker]; for Redis,
 // whether it is reachable, takes the credentials, grants what the scripts
 // need and is a master), or nil when it has none. It returns when ctx
-// ends, even if the coordinator ignores deadlines.
+// ends, even if the coordinator ignores deadlines, and fails with
+// [ErrShut] once the Breaker is shut.
 func (b *Breaker) Ready(ctx context.Context) error {
 	ch, ok := b.c.(coordinator.Checker)
 	if !ok {
 		return nil
 	}
-	var err error
-	if b.inline {
-		err = ch.Check(ctx)
-	} else {
-		done := make(chan error, 1)
-		go func() { done <- ch.Check(ctx) }()
-		select {
-		case err = <-done:
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
+	if !b.enter() {
+		return ErrShut
 	}
-	if err != nil {
+	defer b.admits.Done()
+	if err := b.check(ctx, ch); err != nil {
 		return fmt.Errorf("cbgrpc: Ready: %w", err)
 	}
 	return nil
+}
+
+// check runs ch's Check as every coordinator call runs (attempt): bounded
+// by ctx whatever the coordinator does with it, a panic turned into an
+// error. The caller has entered (b.enter).
+func (b *Breaker) check(ctx context.Context, ch coordinator.Checker) error {
+	_, err := b.attempt(ctx, &b.admits, func(ctx context.Context) (answer, error) { return answer{}, ch.Check(ctx) })
+	return err
 }
 
 // checkTimeout bounds the check made when the coordinator starts failing.
@@ -93,7 +94,7 @@ func (b *Breaker) complain(err error) {
 		defer b.admits.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 		defer cancel()
-		otel.Handle(failing(kind, err, ch.Check(ctx)))
+		otel.Handle(failing(kind, err, b.check(ctx, ch)))
 	}()
 }
 

@@ -2,6 +2,7 @@ package cbgrpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -188,5 +189,24 @@ func TestReadyOverWorkingRedis(t *testing.T) {
 	defer cancel()
 	if err := newBreaker(t, cbredis.New(redistest.Start(t).Client(t))).Ready(ctx); err != nil {
 		t.Errorf("Ready: %v", err)
+	}
+}
+
+// panickingCheck is a coordinator whose Check panics.
+type panickingCheck struct{ *memory.Coordinator }
+
+func (panickingCheck) Check(context.Context) error { panic("no client") }
+
+// TestReadyOfAPanickingCheck: Ready runs the check as every coordinator
+// call runs: a panic is the coordinator's failure, not the process's; and
+// once the Breaker is shut, Ready says so.
+func TestReadyOfAPanickingCheck(t *testing.T) {
+	b := newBreaker(t, panickingCheck{memory.New()})
+	if err := b.Ready(context.Background()); !errors.Is(err, errCoordinatorPanic) {
+		t.Errorf("Ready over a panicking Check: %v; want it to wrap %v", err, errCoordinatorPanic)
+	}
+	b.Close()
+	if err := b.Ready(context.Background()); !errors.Is(err, ErrShut) {
+		t.Errorf("Ready after Close: %v; want ErrShut", err)
 	}
 }
