@@ -14,9 +14,9 @@ import (
 )
 
 // oneLinerCall dials addr with Unary(c) and Stream(c) as the card shows
-// them, makes a unary call and a stream, and closes the connection; it
-// reports how many Breakers the one-liners made, by the goroutines that
-// started.
+// them, makes a unary call and a stream, checks that c's one Breaker is
+// shared, and closes the connection; it reports how many goroutines of
+// ours run meanwhile.
 func oneLinerCall(t *testing.T, addr string, before map[string]string) int {
 	t.Helper()
 	c := memory.New()
@@ -43,34 +43,26 @@ func oneLinerCall(t *testing.T, addr string, before map[string]string) int {
 		}
 	}
 	shared.Lock()
-	o := shared.m[c].Value()
+	o, held := shared.m[c].Value(), len(shared.m)
 	shared.Unlock()
-	if o == nil {
-		t.Fatal("no Breaker shared for the coordinator while its interceptors are in use")
+	if o == nil || held != 1 {
+		t.Fatalf("%d coordinators share a Breaker, this one's %v, while its interceptors are in use; want this one's alone", held, o)
+	}
+	if u, s := oneLinerOf("Unary", c, nil), oneLinerOf("Stream", c, nil); u != o || s != o {
+		t.Errorf("Unary(c) and Stream(c) would get %p and %p; want the Breaker their interceptors share, %p", u, s, o)
 	}
 	return len(goroutinesSince(before))
 }
 
 // TestOneLinersShareOneBreakerAndEndWithIt: Unary(c) and Stream(c) make
-// one Breaker, with the goroutines of one, and once the connection that
+// one Breaker, and once the connection that
 // held them is closed and dropped, the Breaker is closed, no goroutine of
 // it is left, and it is no longer shared.
 func TestOneLinersShareOneBreakerAndEndWithIt(t *testing.T) {
 	addr := serveTest(t, &service{})
 	before := ourGoroutines()
-	n := oneLinerCall(t, addr, before)
-
-	// A Breaker made by New, before any call, has this many goroutines;
-	// one that made calls may have a few more (a Record in flight), two
-	// have twice as many.
-	b, err := New(memory.New())
-	if err != nil {
-		t.Fatal(err)
-	}
-	one := len(goroutinesSince(before)) - n
-	b.Close()
-	if n >= 2*one {
-		t.Errorf("Unary and Stream over one coordinator started %d goroutines; one Breaker has %d: two Breakers", n, one)
+	if n := oneLinerCall(t, addr, before); n == 0 {
+		t.Fatal("no goroutine of a Breaker ran while the one-liners were in use")
 	}
 
 	deadline := time.Now().Add(10 * time.Second)
