@@ -88,24 +88,38 @@ func readCallOptions(opts []grpc.CallOption) callOptions {
 	return o
 }
 
-// route reads a call's options and returns the scope of the call ("" when
-// it runs unprotected) and the classifier of its outcome (nil: the
-// Breaker's). A bad option, and a panic of the ScopeFunc, are the call's
-// error.
-func (b *Breaker) route(ctx context.Context, target, method string, opts []grpc.CallOption) (string, Classifier, error) {
+// route reads a call's options and returns the call as the pipeline
+// takes it: its scope ("" when it runs unprotected), method and
+// classifier (nil: the Breaker's). A bad option, and a panic of the
+// ScopeFunc, are the call's error.
+func (b *Breaker) route(ctx context.Context, target, method string, opts []grpc.CallOption) (call, error) {
 	o := readCallOptions(opts)
 	if o.hasScope && o.scope == "" {
-		return "", nil, status.Errorf(codes.InvalidArgument, "cbgrpc: CallScope: empty scope for %s (the call was not sent); use cbgrpc.Unprotected() to run a call outside the breaker", method)
+		return call{}, status.Errorf(codes.InvalidArgument, "cbgrpc: CallScope: empty scope for %s (the call was not sent); use cbgrpc.Unprotected() to run a call outside the breaker", method)
 	}
 	if o.hasClassifier && o.classifier == nil {
-		return "", nil, status.Errorf(codes.InvalidArgument, "cbgrpc: CallClassifier: nil classifier for %s (the call was not sent)", method)
+		return call{}, status.Errorf(codes.InvalidArgument, "cbgrpc: CallClassifier: nil classifier for %s (the call was not sent)", method)
 	}
 	if o.unprotected {
-		return "", nil, nil
+		return call{}, nil
 	}
+	c := call{method: method, classifier: o.classifier}
 	if o.hasScope {
-		return o.scope, o.classifier, nil
+		c.scope = o.scope
+		return c, nil
+	}
+	r := b.routes.get(target, method)
+	if r == nil {
+		r = b.routes.add(target, method, b.routes.newRoute(&b.cfg, target, method))
+	}
+	switch {
+	case r.excluded:
+		return call{}, nil
+	case r.scope != "":
+		c.scope, c.row = r.scope, &r.row
+		return c, nil
 	}
 	scope, err := b.safeScopeOf(ctx, target, method)
-	return scope, o.classifier, err
+	c.scope = scope
+	return c, err
 }

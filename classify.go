@@ -53,6 +53,9 @@ type Classifier func(ctx context.Context, method string, err error) Class
 // falling back on DefaultClassifier when it panics.
 func (b *Breaker) classify(ctx context.Context, f Classifier, method string, err error) (c Class) {
 	if f == nil {
+		if b.cfg.plainClassifier {
+			return DefaultClassifier(ctx, method, err)
+		}
 		f = b.cfg.classifier
 	}
 	defer func() {

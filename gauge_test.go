@@ -37,7 +37,7 @@ func TestStateGauge(t *testing.T) {
 	eventually(t, "open", func() bool { s, _ := gauge(); return s == open })
 
 	clk.Advance(p.OpenFor)
-	probe, err := b.admit(context.Background(), scope, testMethod)
+	probe, err := b.admit(context.Background(), call{scope: scope, method: testMethod})
 	if err != nil || probe.fate != probing {
 		t.Fatalf("probe: %+v, %v", probe, err)
 	}
@@ -59,7 +59,7 @@ func TestStateGaugeOfOperatorStates(t *testing.T) {
 	b := newBreaker(t, memory.New(), WithMeterProvider(mt.mp))
 	ctx := context.Background()
 	// In use: the table keeps no row of an unused scope that admits calls.
-	b.admit(ctx, "disabled", testMethod)
+	b.admit(ctx, call{scope: "disabled", method: testMethod})
 	if _, err := b.Isolate(ctx, "isolated", coordinator.Note{Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}

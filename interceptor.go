@@ -33,6 +33,8 @@ type Breaker struct {
 	notify *notifier
 	health health
 	ids    ids
+	routes *routes
+	clock  clock
 	// inline: the coordinator honours deadlines (coordinator.Bounded), so
 	// its calls run in the caller's goroutine (attempt).
 	inline bool
@@ -83,7 +85,8 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cbgrpc: New: creating metric instruments: %w", err)
 	}
-	b := &Breaker{c: c, cfg: cfg, tel: tel, known: known, health: health{backoff: cfg.backoff}}
+	b := &Breaker{c: c, cfg: cfg, tel: tel, known: known, health: health{backoff: cfg.backoff},
+		routes: newRoutes(cfg.scope), clock: newClock()}
 	if bc, ok := c.(coordinator.Bounded); ok {
 		b.inline = bc.HonoursDeadlines()
 	}
@@ -265,21 +268,20 @@ type ticket struct {
 	// row is the scope's row of the table when the call was admitted
 	// (nil: none), whose run of failures a success ends (verdict.go).
 	row *known
+	// untimed: the policy admitted under counts no slow calls, so the
+	// call's duration is not read (a clock read saved on every call).
+	untimed bool
 }
 
-// scopeOf returns the scope of a call, "" when it is not protected.
-func (b *Breaker) scopeOf(ctx context.Context, target, method string) string {
-	if b.cfg.excluded.has(method) {
-		return ""
-	}
-	return b.cfg.scope(ctx, target, method)
-}
-
-// call is a protected call being admitted.
+// call is a protected call on its way through the pipeline.
 type call struct {
-	scope  string
-	method string    // the full method: "/pkg.Service/Method"
-	start  time.Time // when its admission began
+	scope      string
+	method     string     // the full method: "/pkg.Service/Method"
+	classifier Classifier // the call's own (CallClassifier); nil: the Breaker's
+	// row, when set, is where the call's route keeps the scope's row of
+	// the table (route.go).
+	row   *atomic.Pointer[known]
+	start time.Time // when its admission began
 }
 
 // admit decides whether a call of method, in scope, runs. A nil error
@@ -287,12 +289,12 @@ type call struct {
 // ([*OpenError]) or the caller's own context error. It is the path of one
 // admission: what the table knows of the scope, the coordinator asked or
 // not, the decision shaped (ramp, throttle), and the result.
-func (b *Breaker) admit(ctx context.Context, scope, method string) (ticket, error) {
+func (b *Breaker) admit(ctx context.Context, c call) (ticket, error) {
 	if b.closed.Load() {
 		return ticket{}, nil
 	}
-	c := call{scope: scope, method: method, start: time.Now()}
-	f, row := b.known.use(scope, c.start)
+	c.start = b.clock.now()
+	f, row := b.known.useRow(c.row, c.scope, c.start)
 	var d decision
 	if b.cached(f, row, c.start) {
 		// Nothing to wait for nor to ask: no work Close waits for.
@@ -449,12 +451,13 @@ func (b *Breaker) result(ctx context.Context, c call, d decision) (ticket, error
 	switch d.verdict {
 	case coordinator.Reject:
 		e := &OpenError{Scope: c.scope, State: d.state, RetryAfter: d.retryAfter, Reason: rejectReason(d.state)}
-		b.tel.rejected(ctx, c.method, c.start, e, d.by)
+		b.tel.rejected(ctx, c.method, wall(c.start), e, d.by)
 		return ticket{}, e
 	case coordinator.Probe:
 		return ticket{scope: c.scope, fate: probing, gen: d.gen, claim: d.claim, start: d.start, row: d.row}, nil
 	}
-	return ticket{scope: c.scope, fate: recorded, gen: d.gen, start: d.start, row: d.row}, nil
+	return ticket{scope: c.scope, fate: recorded, gen: d.gen, start: d.start, row: d.row,
+		untimed: d.policy.SlowCallDuration == 0}, nil
 }
 
 func rejectReason(s coordinator.State) string {
@@ -474,7 +477,10 @@ func (b *Breaker) finish(ctx context.Context, t ticket, method string, err error
 	if t.fate == unprotected {
 		return Ignore
 	}
-	d := time.Since(t.start) // one clock read; time.Now takes two
+	var d time.Duration
+	if !t.untimed {
+		d = time.Since(t.start) // one clock read; time.Now takes two
+	}
 	class := Ignore
 	// Our own rejection (from another Breaker further down the chain) says
 	// nothing about the dependency.

@@ -31,6 +31,7 @@ import (
 type knowledge struct {
 	maxAge time.Duration // how long a closed answer serves admissions; 0: never
 	idle   time.Duration // a scope with no call for this long is forgotten
+	born   time.Time     // when the table was made: marks of use count from it
 
 	// live is the number of the feed connection that is up, 0 while none
 	// is; the feed numbers its connections from 1.
@@ -63,8 +64,8 @@ type known struct {
 	// admissions to read without a lock; nil: nothing learned yet.
 	now      atomic.Pointer[fact]
 	followed uint64 // the feed connection that follows the scope; guarded by knowledge.mu
-	// used is when a call last marked the scope used (UnixNano, coarse);
-	// 0: never; forgotten once it is dropped from the table.
+	// used is when a call last marked the scope used (knowledge.usedAt,
+	// coarse); 0: never; forgotten once it is dropped from the table.
 	used atomic.Int64
 	// heard: the scope's first outcome went to the coordinator at once,
 	// so that it hears this replica soon (introduce); guarded by
@@ -115,7 +116,7 @@ func admitsAll(s coordinator.State) bool {
 // newKnowledge returns an empty table. maxAge 0 means there is no feed:
 // nothing is followed, and nothing answers admissions.
 func newKnowledge(maxAge, idle time.Duration, code coordinator.Policy) *knowledge {
-	k := &knowledge{maxAge: maxAge, idle: idle, scopes: make(map[string]*known),
+	k := &knowledge{maxAge: maxAge, idle: idle, born: time.Now(), scopes: make(map[string]*known),
 		follow: make(map[string]struct{}), wake: make(chan struct{}, 1),
 		stale: make(map[string]struct{}), policyWake: make(chan struct{}, 1)}
 	k.base.Store(&inForce{p: code, src: coordinator.SourceCode})
@@ -136,9 +137,31 @@ func (k *knowledge) use(scope string, now time.Time) (*fact, *known) {
 	defer k.mu.Unlock()
 	e := k.row(scope)
 	if e.used.Load() == 0 {
-		e.used.Store(now.UnixNano())
+		e.used.Store(k.usedAt(now))
 	}
 	return e.current(), e
+}
+
+// useRow is use, first trying the row that hint holds (nil: none), which
+// it then updates: a call's route keeps its scope's row (route.go).
+func (k *knowledge) useRow(hint *atomic.Pointer[known], scope string, now time.Time) (*fact, *known) {
+	if hint == nil {
+		return k.use(scope, now)
+	}
+	if e := hint.Load(); e != nil && k.touch(e, now) {
+		return e.current(), e
+	}
+	f, e := k.use(scope, now)
+	hint.Store(e)
+	return f, e
+}
+
+// usedAt is now as a mark of use: on the monotonic clock, since the
+// table was made, from 1 (0 and forgotten say other things). Not the wall
+// clock: a call's time may come from the Breaker's clock, whose wall
+// reading drifts from time.Now's (clock.go).
+func (k *knowledge) usedAt(now time.Time) int64 {
+	return max(int64(now.Sub(k.born)), 0) + 1
 }
 
 // forgotten is the mark of use of a row dropped from the table.
@@ -152,7 +175,7 @@ func (k *knowledge) touch(e *known, now time.Time) bool {
 	if u == forgotten {
 		return false
 	}
-	t := now.UnixNano()
+	t := k.usedAt(now)
 	if t-u <= int64(k.idle/16) {
 		return true
 	}
@@ -397,7 +420,7 @@ func newer(f, old fact) bool {
 // returns how many scopes it dropped.
 func (k *knowledge) forget(now time.Time) int {
 	live := k.live.Load()
-	cutoff := now.Add(-k.idle).UnixNano()
+	cutoff := k.usedAt(now.Add(-k.idle))
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	n := 0

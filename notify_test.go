@@ -87,7 +87,7 @@ func testOnTransitionSeesOwnFeedAndOperatorTransitions(t *testing.T, m coordinat
 		eventually(t, "the feed follows "+scope, func() bool { return followed(b, scope) })
 	}
 
-	tk, err := b.admit(ctx, "own", testMethod)
+	tk, err := b.admit(ctx, call{scope: "own", method: testMethod})
 	if err != nil {
 		t.Fatal(err)
 	}

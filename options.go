@@ -3,6 +3,7 @@ package cbgrpc
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -108,6 +109,9 @@ type config struct {
 	tp             trace.TracerProvider
 	mp             metric.MeterProvider
 	replica        string // this replica's ID (replica.go)
+	// plainClassifier: classifier is DefaultClassifier, which cannot
+	// panic (classify).
+	plainClassifier bool
 }
 
 func newConfig(opts []Option) config {
@@ -141,6 +145,7 @@ func newConfig(opts []Option) config {
 	if c.mp == nil {
 		c.mp = otel.GetMeterProvider()
 	}
+	c.plainClassifier = reflect.ValueOf(c.classifier).Pointer() == reflect.ValueOf(Classifier(DefaultClassifier)).Pointer()
 	return c
 }
 

@@ -50,7 +50,7 @@ func (ts *transitions) find(f func(coordinator.Transition) bool) (coordinator.Tr
 // admission's error.
 func callOnce(b *Breaker, scope string, err error) error {
 	ctx := context.Background()
-	tk, aerr := b.admit(ctx, scope, testMethod)
+	tk, aerr := b.admit(ctx, call{scope: scope, method: testMethod})
 	if aerr != nil {
 		return aerr
 	}
@@ -171,12 +171,12 @@ func TestOutlierProbesAloneAfterItsPeriod(t *testing.T) {
 		return time.Now().After(until)
 	})
 	ctx := context.Background()
-	probe, err := bad.admit(ctx, scope, testMethod)
+	probe, err := bad.admit(ctx, call{scope: scope, method: testMethod})
 	if err != nil || !probe.urgent {
 		t.Fatalf("the first call after the period: %+v, %v; want the probe", probe, err)
 	}
 	var oe *OpenError
-	if _, err := bad.admit(ctx, scope, testMethod); !errors.As(err, &oe) || !oe.Outlier || !strings.Contains(oe.Reason, "its probe is out") {
+	if _, err := bad.admit(ctx, call{scope: scope, method: testMethod}); !errors.As(err, &oe) || !oe.Outlier || !strings.Contains(oe.Reason, "its probe is out") {
 		t.Fatalf("a call while the probe is out: %v; want rejected, the probe being out", err)
 	}
 	records := tc.records.Load()

@@ -73,7 +73,7 @@ func TestSharedPolicyApplies(t *testing.T) {
 				ctx := context.Background()
 				scope, other := "shared/"+t.Name(), "shared/other/"+t.Name()
 				call := func(scope string, fail error) error {
-					tk, err := b.admit(ctx, scope, testMethod)
+					tk, err := b.admit(ctx, call{scope: scope, method: testMethod})
 					if err != nil {
 						return err
 					}
@@ -197,7 +197,7 @@ func TestSharedPolicyLeavesOutWhatBreaksTheCode(t *testing.T) {
 	code.MaxOpenFor = 10 * time.Second
 	b.Store(newBreaker(t, c, WithPolicy(code)))
 	ctx := context.Background()
-	tk, err := b.Load().admit(ctx, "fragile", testMethod)
+	tk, err := b.Load().admit(ctx, call{scope: "fragile", method: testMethod})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestSharedPolicyLeavesOutWhatBreaksTheCode(t *testing.T) {
 		}
 		// A call's answer carries the policy's version too: the change
 		// is learned by the feed or by it, whichever comes first.
-		if tk, err := b.Load().admit(ctx, "fragile", testMethod); err == nil {
+		if tk, err := b.Load().admit(ctx, call{scope: "fragile", method: testMethod}); err == nil {
 			b.Load().finish(ctx, tk, testMethod, nil)
 		}
 		time.Sleep(10 * time.Millisecond)

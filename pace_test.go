@@ -84,7 +84,7 @@ func TestCalmScopeReportsLessOften(t *testing.T) {
 	ctx := context.Background()
 	calls := func(n int, err error) {
 		for range n {
-			tk, aerr := b.admit(ctx, "paced", testMethod)
+			tk, aerr := b.admit(ctx, call{scope: "paced", method: testMethod})
 			if aerr != nil {
 				t.Fatal(aerr)
 			}

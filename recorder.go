@@ -30,9 +30,9 @@ type item struct {
 	outcome coordinator.Outcome
 	caller  trace.SpanContext // the call's span, to parent or link transition spans
 	urgent  bool              // an outlier's probe: it goes at once, as a failure does
-	// at is when it was added, on the recorder's clock (since): the
-	// order in which the outcomes of one scope, left in several shards,
-	// are taken.
+	// at is when the call ended (an untimed one: began), on the
+	// recorder's clock (since): the order in which the outcomes of one
+	// scope, left in several shards, are taken.
 	at time.Duration
 	// verdict, when set, is released once the Record carrying the outcome
 	// has returned, or the outcome was dropped (verdict.go).

@@ -113,7 +113,7 @@ func TestBusyScopeSendsFullBatches(t *testing.T) {
 	ctx := context.Background()
 	const n = 20000
 	for i := range n {
-		t, err := b.admit(ctx, "busy", "/s/M")
+		t, err := b.admit(ctx, call{scope: "busy", method: "/s/M"})
 		if err != nil {
 			panic(err)
 		}
@@ -239,7 +239,7 @@ func TestOutcomeRacingCloseIsNeverLost(t *testing.T) {
 	mt := newMetrics()
 	b := newBreaker(t, tc, WithPolicy(quietPolicy()), WithRecordInterval(time.Hour), WithMeterProvider(mt.mp))
 	ctx := context.Background()
-	tk, err := b.admit(ctx, "close/race", testMethod)
+	tk, err := b.admit(ctx, call{scope: "close/race", method: testMethod})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +378,7 @@ func TestABurstOverManyScopesKeepsItsOutcomes(t *testing.T) {
 	const n = 1000
 	tickets := make([]ticket, n)
 	for i := range tickets {
-		tk, err := b.admit(ctx, fmt.Sprintf("burst-%d", i), "/s/M")
+		tk, err := b.admit(ctx, call{scope: fmt.Sprintf("burst-%d", i), method: "/s/M"})
 		if err != nil || tk.fate != recorded {
 			t.Fatalf("admission %d: %+v, %v; want it admitted by the coordinator", i, tk, err)
 		}

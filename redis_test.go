@@ -219,7 +219,7 @@ func TestRedisMemoryBoundedByScopesInUse(t *testing.T) {
 					if i > perWave {
 						return
 					}
-					tk, err := b.admit(ctx, fmt.Sprintf("scale/%d/%d", wave, i), testMethod)
+					tk, err := b.admit(ctx, call{scope: fmt.Sprintf("scale/%d/%d", wave, i), method: testMethod})
 					if err != nil {
 						t.Errorf("wave %d, scope %d: %v", wave, i, err)
 						return
@@ -493,7 +493,7 @@ func TestRedisForeignMessageKeepsTheFeed(t *testing.T) {
 	if err := admin.Publish(ctx, channels[0], "\x9b2J not a transition").Err(); err != nil {
 		t.Fatal(err)
 	}
-	tk, err := other.admit(ctx, scope, testMethod)
+	tk, err := other.admit(ctx, call{scope: scope, method: testMethod})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,8 +24,8 @@ import (
 // that panics on some calls is a bug best seen at once.
 type ScopeFunc func(ctx context.Context, target, method string) string
 
-// safeScopeOf is scopeOf, with a panic of the ScopeFunc turned into the
-// call's error.
+// safeScopeOf runs the ScopeFunc, with a panic turned into the call's
+// error.
 func (b *Breaker) safeScopeOf(ctx context.Context, target, method string) (scope string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -33,7 +33,7 @@ func (b *Breaker) safeScopeOf(ctx context.Context, target, method string) (scope
 			otel.Handle(err)
 		}
 	}()
-	return b.scopeOf(ctx, target, method), nil
+	return b.cfg.scope(ctx, target, method), nil
 }
 
 // ScopeByMethod gives each method of each target its own breaker:

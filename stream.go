@@ -40,21 +40,21 @@ func Stream(c coordinator.Coordinator, opts ...Option) grpc.StreamClientIntercep
 // ([WithFallback]) serves unary calls only.
 func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		scope, classifier, err := b.route(ctx, target(cc), method, opts)
+		c, err := b.route(ctx, target(cc), method, opts)
 		if err != nil {
 			return nil, err
 		}
-		if scope == "" {
+		if c.scope == "" {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
-		t, err := b.admit(ctx, scope, method)
+		t, err := b.admit(ctx, c)
 		if err != nil {
 			return nil, err
 		}
 		if t.fate == unprotected {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
-		t.classifier = classifier
+		t.classifier = c.classifier
 		end := &streamEnd{b: b, ctx: ctx, t: t, method: method}
 		// gRPC calls OnFinish exactly when the RPC ends, including when the
 		// caller's context ends; the wrapper below catches the ends that

@@ -37,18 +37,18 @@ func Unary(c coordinator.Coordinator, opts ...Option) grpc.UnaryClientIntercepto
 // [CallClassifier]) change how one call is treated.
 func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		scope, classifier, err := b.route(ctx, target(cc), method, opts)
+		c, err := b.route(ctx, target(cc), method, opts)
 		if err != nil {
 			return err
 		}
-		if scope == "" {
+		if c.scope == "" {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
-		t, err := b.admit(ctx, scope, method)
+		t, err := b.admit(ctx, c)
 		if err != nil {
 			return b.rejected(ctx, method, req, reply, err)
 		}
-		t.classifier = classifier
+		t.classifier = c.classifier
 		if b.cfg.pushback == nil {
 			err = invoker(ctx, method, req, reply, cc, opts...)
 			return b.failed(ctx, method, req, reply, err, b.finish(ctx, t, method, err))

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sony/gobreaker/v2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/cbgrpc/cbgrpc"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
@@ -14,7 +15,8 @@ import (
 // BenchmarkClosedPath is what a breaker costs a call while it is closed,
 // in process and with nothing else on the path: cbgrpc's unary
 // interceptor over the in-process coordinator, its admissions cached (the
-// default), in front of an invoker that does nothing, against sony/gobreaker
+// default), in front of an invoker that does nothing, on a ClientConn (never
+// connected) whose target names the scope as a real one does, against sony/gobreaker
 // v2's local breaker running a function that does nothing. Each runs on
 // one goroutine (serial) and on GOMAXPROCS goroutines (parallel); the
 // ratio serial ns/op ÷ parallel ns/op is how the path scales, next to
@@ -30,15 +32,20 @@ func BenchmarkClosedPath(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer br.Close()
+		cc, err := grpc.NewClient("passthrough:///closed.bench.invalid", grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cc.Close()
 		call := br.UnaryClientInterceptor()
 		invoke := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
 		const method = "/bench.Service/Closed"
 		for range 1000 { // past the first admission, into the cache
-			if err := call(ctx, method, nil, nil, nil, invoke); err != nil {
+			if err := call(ctx, method, nil, nil, cc, invoke); err != nil {
 				b.Fatal(err)
 			}
 		}
-		paths(b, func() error { return call(ctx, method, nil, nil, nil, invoke) })
+		paths(b, func() error { return call(ctx, method, nil, nil, cc, invoke) })
 	})
 	b.Run("gobreaker-local", func(b *testing.B) {
 		cb := gobreaker.NewCircuitBreaker[any](gobreaker.Settings{Name: "bench"})

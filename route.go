@@ -1,0 +1,96 @@
+package cbgrpc
+
+import (
+	"context"
+	"maps"
+	"reflect"
+	"sync"
+	"sync/atomic"
+)
+
+// routes remembers, for each target and method a Breaker meets, what its
+// calls share before their own options are read: whether the method is
+// left out, the scope (when the ScopeFunc depends on target and method
+// alone, as the built-in ones do), and the scope's row of the table. A
+// call then finds all three with one lookup instead of running the
+// exclusions, the ScopeFunc and the table's index each time.
+type routes struct {
+	// known is copied on write: every call reads it, without a lock, and
+	// a process meets a new method or ClientConn rarely.
+	known atomic.Pointer[map[routeKey]*route]
+	mu    sync.Mutex // serialises writers
+	// fixed: the scope of a call follows from its target and method.
+	fixed bool
+}
+
+type routeKey struct{ target, method string }
+
+// route is what the calls of one target and method share.
+type route struct {
+	excluded bool
+	// scope is the calls' scope when the ScopeFunc is fixed; "" when it
+	// runs for each call.
+	scope string
+	// row is the scope's row of the table, as last found (nil: not yet);
+	// the table may have dropped it since (knowledge.useRow).
+	row atomic.Pointer[known]
+}
+
+// maxRoutes bounds the routes remembered: past it (a process that makes
+// up method names or ClientConns without end), calls find their route
+// anew each time.
+const maxRoutes = 4096
+
+// newRoutes returns the routes of a Breaker whose ScopeFunc is scope.
+func newRoutes(scope ScopeFunc) *routes {
+	rs := &routes{fixed: fixedScope(scope)}
+	rs.known.Store(&map[routeKey]*route{})
+	return rs
+}
+
+// fixedScope reports whether f is one of the built-in ScopeFuncs, which
+// read neither the context nor anything but target and method.
+func fixedScope(f ScopeFunc) bool {
+	p := reflect.ValueOf(f).Pointer()
+	for _, g := range []ScopeFunc{ScopeByMethod, ScopeByService, ScopeByTarget} {
+		if reflect.ValueOf(g).Pointer() == p {
+			return true
+		}
+	}
+	return false
+}
+
+// get returns the route of target and method; nil: none yet.
+func (rs *routes) get(target, method string) *route {
+	return (*rs.known.Load())[routeKey{target, method}]
+}
+
+// add remembers r as the route of target and method, unless another was
+// added meanwhile, and returns the one remembered.
+func (rs *routes) add(target, method string, r *route) *route {
+	key := routeKey{target, method}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	old := *rs.known.Load()
+	if had := old[key]; had != nil {
+		return had
+	}
+	if len(old) >= maxRoutes {
+		return r
+	}
+	next := maps.Clone(old)
+	next[key] = r
+	rs.known.Store(&next)
+	return r
+}
+
+// newRoute is the route of target and method under cfg: with a fixed
+// ScopeFunc, a method whose scope is "" is left out like an excluded one.
+func (rs *routes) newRoute(cfg *config, target, method string) *route {
+	r := &route{excluded: cfg.excluded.has(method)}
+	if rs.fixed && !r.excluded {
+		r.scope = cfg.scope(context.Background(), target, method)
+		r.excluded = r.scope == ""
+	}
+	return r
+}

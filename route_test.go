@@ -1,0 +1,70 @@
+package cbgrpc
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+)
+
+func TestRouteKeepsTheScopeOfABuiltInScopeFunc(t *testing.T) {
+	b := newBreaker(t, memory.New(), WithScope(ScopeByService))
+	c, err := b.route(context.Background(), "dns:///users", "/users.v1.Users/Get", nil)
+	if err != nil || c.scope != "dns:///users/users.v1.Users" || c.row == nil {
+		t.Fatalf("route = %+v, %v; want the service's scope and a row kept by the route", c, err)
+	}
+	if c, _ := b.route(context.Background(), "dns:///users", "/grpc.health.v1.Health/Check", nil); c.scope != "" {
+		t.Fatalf("the health service's scope = %q, want it left out", c.scope)
+	}
+}
+
+type scopeKey struct{}
+
+func TestRouteRunsAScopeFuncOfItsOwnForEachCall(t *testing.T) {
+	byTenant := func(ctx context.Context, target, method string) string {
+		tenant, _ := ctx.Value(scopeKey{}).(string)
+		return tenant + method
+	}
+	b := newBreaker(t, memory.New(), WithScope(byTenant))
+	for _, tenant := range []string{"a", "b"} {
+		ctx := context.WithValue(context.Background(), scopeKey{}, tenant)
+		c, err := b.route(ctx, "t", "/s/M", nil)
+		if err != nil || c.scope != tenant+"/s/M" || c.row != nil {
+			t.Fatalf("tenant %s: route = %+v, %v; want its own scope, found each call", tenant, c, err)
+		}
+	}
+}
+
+func TestRouteFindsTheRowAgainOnceTheTableForgotIt(t *testing.T) {
+	b := newBreaker(t, memory.New())
+	c, _ := b.route(context.Background(), "t", "/s/M", nil)
+	_, first := b.known.useRow(c.row, c.scope, time.Now())
+	if c.row.Load() != first {
+		t.Fatal("the route does not keep the row it found")
+	}
+	if n := b.known.forget(time.Now().Add(2 * b.known.idle)); n != 1 {
+		t.Fatalf("forget dropped %d rows, want 1", n)
+	}
+	_, again := b.known.useRow(c.row, c.scope, time.Now())
+	if again == first || c.row.Load() != again {
+		t.Fatal("after the table forgot the scope, the route still serves the dropped row")
+	}
+	if v, ok := b.known.index.Load(c.scope); !ok || v.(*known) != again {
+		t.Fatal("the row the route found is not the table's")
+	}
+}
+
+func TestRoutesPastTheirBoundStillDecide(t *testing.T) {
+	b := newBreaker(t, memory.New())
+	for i := range maxRoutes + 10 {
+		method := fmt.Sprintf("/s/M%d", i)
+		if c, err := b.route(context.Background(), "t", method, nil); err != nil || c.scope != "t"+method {
+			t.Fatalf("route %d = %+v, %v", i, c, err)
+		}
+	}
+	if n := len(*b.routes.known.Load()); n != maxRoutes {
+		t.Fatalf("%d routes remembered, want the bound, %d", n, maxRoutes)
+	}
+}
