@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
@@ -106,7 +108,9 @@ func (b *Breaker) decideWithout(ctx context.Context, c call, cause error) (ticke
 	if errors.Is(cause, coordinator.ErrCorruptState) {
 		unavailable, corrupt = "stored state unusable", cause
 	}
+	var link trace.SpanContext
 	if f, ok := b.known.notClosed(scope); ok {
+		link = f.cause
 		retry = max(retry, time.Until(f.until))
 		by = byKnownState
 		e = &OpenError{Scope: scope, State: f.state, RetryAfter: retry, corrupt: corrupt,
@@ -122,7 +126,7 @@ func (b *Breaker) decideWithout(ctx context.Context, c call, cause error) (ticke
 	b.tel.decision(ctx, scope, c.method, verdict, by)
 	coordinatorFailure(ctx, scope, verdict, by, b.cfg.failure, cause)
 	if e != nil {
-		b.tel.rejected(ctx, c.method, c.start, e, by)
+		b.tel.rejected(ctx, c.method, c.start, e, by, link)
 		return ticket{}, e
 	}
 	return ticket{scope: scope, fate: unadmitted}, nil

@@ -120,6 +120,11 @@ func (f *feed) serve(ctx context.Context) {
 			}
 			return
 		}
+		if t.Cause != "" {
+			// Heard before, now with the span that recorded it (cause.go).
+			f.k.caused(t.Scope, t.Generation, t.To, spanOf(t.Cause))
+			continue
+		}
 		// A recovery heard starts the ramp of the scope's policy.
 		f.k.learn(epoch, t.Scope, heard(t, f.k.policyOf(t.Scope).p.RampFor), time.Now())
 		f.tell(t)

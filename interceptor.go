@@ -333,6 +333,9 @@ type decision struct {
 	window *window
 	policy *coordinator.Policy // the policy in force; never changed once made
 	row    *known              // the scope's row of the table
+	// cause is, for a rejection or a ramp, the span that recorded the
+	// transition behind it, to link to (cause.go).
+	cause trace.SpanContext
 }
 
 // cached reports whether f, what the table knows at now of a scope whose
@@ -347,12 +350,12 @@ func (b *Breaker) cached(f *fact, row *known, now time.Time) bool {
 func fromTable(c call, f *fact, row *known, pol *inForce) decision {
 	d := decision{by: byCache, state: f.state, gen: f.gen, start: c.start, policy: &pol.p, row: row}
 	if !admitsAll(f.state) {
-		d.verdict, d.retryAfter = coordinator.Reject, f.until.Sub(c.start)
+		d.verdict, d.retryAfter, d.cause = coordinator.Reject, f.until.Sub(c.start), f.cause
 		return d
 	}
 	d.verdict, d.window = coordinator.Allow, &f.window
 	if !f.rampEnd.IsZero() {
-		d.rampLeft = f.rampEnd.Sub(c.start)
+		d.rampLeft, d.cause = f.rampEnd.Sub(c.start), f.cause
 	}
 	return d
 }
@@ -415,6 +418,9 @@ func (b *Breaker) ask(ctx context.Context, c call, f *fact, pol *inForce) (decis
 	}
 	dd := decision{by: byCoordinator, verdict: d.Verdict, state: d.State, gen: d.Generation, start: time.Now(),
 		retryAfter: d.RetryAfter, rampLeft: d.RampLeft, policy: &pol.p}
+	if d.Cause != "" {
+		dd.cause = spanOf(d.Cause)
+	}
 	if d.Verdict == coordinator.Probe {
 		dd.claim = claim
 	}
@@ -433,7 +439,7 @@ func (b *Breaker) shape(ctx context.Context, c call, d decision) (e *OpenError, 
 	if d.verdict != coordinator.Allow || d.state != coordinator.StateClosed {
 		return nil, false
 	}
-	if e := b.ramping(ctx, c, d.rampLeft, d.policy); e != nil {
+	if e := b.ramping(ctx, c, d.rampLeft, d.policy, d.cause); e != nil {
 		return e, false
 	}
 	if d.window == nil {
@@ -451,7 +457,7 @@ func (b *Breaker) result(ctx context.Context, c call, d decision) (ticket, error
 	switch d.verdict {
 	case coordinator.Reject:
 		e := &OpenError{Scope: c.scope, State: d.state, RetryAfter: d.retryAfter, Reason: rejectReason(d.state)}
-		b.tel.rejected(ctx, c.method, wall(c.start), e, d.by)
+		b.tel.rejected(ctx, c.method, wall(c.start), e, d.by, d.cause)
 		return ticket{}, e
 	case coordinator.Probe:
 		return ticket{scope: c.scope, fate: probing, gen: d.gen, claim: d.claim, start: d.start, row: d.row}, nil

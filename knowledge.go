@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
@@ -105,6 +107,10 @@ type fact struct {
 	// outlier is what the coordinator said of this replica as an outlier
 	// of the scope (outlier.go): only the answers to its Records say it.
 	outlier outlierFact
+	// cause is the span that recorded the transition into state in
+	// generation gen, which rejections link to (cause.go); the zero one
+	// while none is known.
+	cause trace.SpanContext
 }
 
 // admitsAll reports whether a state lets every call through: closed, or
@@ -307,6 +313,9 @@ func (k *knowledge) signal() {
 // the table knows something newer.
 func (k *knowledge) learn(epoch uint64, scope string, a answer, now time.Time) {
 	f := fact{state: a.state, gen: a.gen, checked: now, window: a.window}
+	if a.cause != "" {
+		f.cause = spanOf(a.cause)
+	}
 	if epoch != 0 && epoch == k.live.Load() {
 		f.trust = epoch
 	}
@@ -340,6 +349,9 @@ func (k *knowledge) learn(epoch uint64, scope string, a answer, now time.Time) {
 		if f.gen == e.gen {
 			f.outlier = e.outlier
 		}
+		if f.gen == e.gen && f.state == e.state && !f.cause.IsValid() {
+			f.cause = e.cause
+		}
 		f.policy = e.policy
 		e.fact = f
 	}
@@ -348,6 +360,9 @@ func (k *knowledge) learn(epoch uint64, scope string, a answer, now time.Time) {
 		if o.gen != 0 && !now.Before(o.until) && e.outlier.of(&e.fact) {
 			// Still waiting for its probe's answer: the probe keeps its slot.
 			o.probe = e.outlier.probe
+		}
+		if o.gen != 0 && o.gen == e.outlier.gen {
+			o.cause = e.outlier.cause
 		}
 		e.outlier = o
 	}
@@ -532,4 +547,33 @@ func (k *knowledge) followed(epoch uint64, scopes []string) {
 	if len(k.unfollow) > 0 {
 		k.signal()
 	}
+}
+
+// caused makes sc the cause of scope's state, if the table holds it in
+// generation gen and state s without a cause yet: a cause heard late, of
+// a state the scope has left, changes nothing.
+func (k *knowledge) caused(scope string, gen uint64, s coordinator.State, sc trace.SpanContext) {
+	into := new(fact)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e := k.scopes[scope]
+	if e == nil || e.gen != gen || e.state != s || e.cause.IsValid() {
+		return
+	}
+	e.cause = sc
+	e.publish(into)
+}
+
+// outlierCaused makes sc the cause of this replica's spell as an outlier
+// of scope, the one the table holds.
+func (k *knowledge) outlierCaused(scope string, sc trace.SpanContext) {
+	into := new(fact)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e := k.scopes[scope]
+	if e == nil || !e.outlier.of(&e.fact) {
+		return
+	}
+	e.outlier.cause = sc
+	e.publish(into)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
@@ -26,6 +28,9 @@ type outlierFact struct {
 	// the replica's one probe slot (local time): a probe whose outcome
 	// never reaches the coordinator frees it then.
 	probe time.Time
+	// cause is the span that recorded this replica's transition into the
+	// spell, which its rejections link to (cause.go).
+	cause trace.SpanContext
 }
 
 // of reports whether o speaks of the generation f holds.
@@ -61,6 +66,6 @@ func (b *Breaker) admitOutlier(ctx context.Context, c call, f *fact) (t ticket, 
 func (b *Breaker) rejectOutlier(ctx context.Context, c call, o outlierFact, retry time.Duration, reason string) error {
 	b.tel.decision(ctx, c.scope, c.method, coordinator.Reject, byOutlier)
 	e := &OpenError{Scope: c.scope, State: coordinator.StateOpen, RetryAfter: retry, Reason: reason, Outlier: true}
-	b.tel.rejected(ctx, c.method, c.start, e, byOutlier)
+	b.tel.rejected(ctx, c.method, c.start, e, byOutlier, o.cause)
 	return e
 }

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
@@ -29,8 +31,9 @@ func rampShare(left, rampFor time.Duration) float64 {
 // through, and the others are rejected here, with ErrOpen, and never
 // counted as outcomes. The coordinator counts the ramp on its own clock
 // (Decision.RampLeft, a recovery heard on the feed), so the fleet ramps in
-// step. It returns the rejection, or nil to admit.
-func (b *Breaker) ramping(ctx context.Context, c call, left time.Duration, p *coordinator.Policy) *OpenError {
+// step. A rejection links to cause, the span of the recovery. It returns
+// the rejection, or nil to admit.
+func (b *Breaker) ramping(ctx context.Context, c call, left time.Duration, p *coordinator.Policy, cause trace.SpanContext) *OpenError {
 	rampFor := p.RampFor
 	if left <= 0 || rampFor <= 0 {
 		return nil
@@ -42,6 +45,6 @@ func (b *Breaker) ramping(ctx context.Context, c call, left time.Duration, p *co
 	e := &OpenError{Scope: c.scope, State: coordinator.StateClosed, RetryAfter: left,
 		Reason: fmt.Sprintf("ramping up after a recovery, %d%% of calls admitted", int(share*100))}
 	b.tel.decision(ctx, c.scope, c.method, coordinator.Reject, byRamp)
-	b.tel.rejected(ctx, c.method, c.start, e, byRamp)
+	b.tel.rejected(ctx, c.method, c.start, e, byRamp, cause)
 	return e
 }

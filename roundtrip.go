@@ -31,6 +31,9 @@ type answer struct {
 	// outlier of the scope (outlier.go), when saysOutlier.
 	outlier     *coordinator.Outlier
 	saysOutlier bool
+	// cause is the traceparent of the span that recorded the transition
+	// into the state (cause.go): "" when the answer has none.
+	cause string
 }
 
 // window is what a Record that counted says of the scope's shared window
@@ -41,7 +44,7 @@ type window struct {
 
 func decided(d coordinator.Decision) answer {
 	return answer{state: d.State, gen: d.Generation, retryAfter: d.RetryAfter, rampLeft: d.RampLeft, transition: d.Transition,
-		policyVersion: d.PolicyVersion, saysPolicy: true}
+		policyVersion: d.PolicyVersion, saysPolicy: true, cause: d.Cause}
 }
 
 // recordedAnswer is the answer of a Record, which also says whether this
@@ -55,7 +58,7 @@ func recordedAnswer(r coordinator.Result) answer {
 func resulted(r coordinator.Result) answer {
 	return answer{state: r.State, gen: r.Generation, retryAfter: r.RetryAfter, rampLeft: r.RampLeft, transition: r.Transition, stale: r.Stale,
 		window:        window{calls: r.Calls, failures: r.Failures, slow: r.Slow, throttled: r.Throttled},
-		policyVersion: r.PolicyVersion, saysPolicy: true}
+		policyVersion: r.PolicyVersion, saysPolicy: true, cause: r.Cause}
 }
 
 // heard is what a transition on the feed says. Its open period, and the
@@ -95,6 +98,9 @@ type exchange struct {
 	// the span links to. Unset, the parent is ctx's span: the call the
 	// round trip is made for, or an operator's command.
 	cause func(answer) (trace.SpanContext, []trace.Link)
+	// mute: the answer says nothing of the scope's state (keeping a
+	// cause, cause.go), so the table learns nothing from it.
+	mute bool
 }
 
 // roundTrip makes every coordinator call of the Breaker: within the
@@ -130,6 +136,9 @@ func (b *Breaker) roundTrip(ctx context.Context, t exchange, f func(ctx context.
 		return answer{}, err
 	}
 	b.health.succeeded()
+	if t.mute {
+		return a, nil
+	}
 	b.known.learn(epoch, t.scope, a, time.Now())
 	if a.transition != nil {
 		parent := ctx
@@ -139,7 +148,7 @@ func (b *Breaker) roundTrip(ctx context.Context, t exchange, f func(ctx context.
 			sc, links = t.cause(a)
 			parent = trace.ContextWithSpanContext(ctx, sc)
 		}
-		b.tel.transition(parent, a.transition, links)
+		b.caused(t.wg, a.transition, b.tel.transition(parent, a.transition, links))
 		b.notify.tell(*a.transition)
 	}
 	return a, nil

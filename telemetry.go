@@ -194,7 +194,7 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 // operations are the values of cbgrpc.operation: every coordinator call
 // the Breaker makes (trip.op), its metric options made once.
 // TestEveryOperationIsListed holds the code to this list.
-var operations = []string{"admit", "record", "settle", "push", "isolate", "release", "disable", "enable", "snapshot", "list"}
+var operations = []string{"admit", "record", "settle", "push", "isolate", "release", "disable", "enable", "snapshot", "list", "keep_cause"}
 
 // stop ends what telemetry does on its own: observing the table.
 func (t *telemetry) stop() error { return t.observing.Unregister() }
@@ -244,8 +244,10 @@ func (t *telemetry) coordinatorCall(ctx context.Context, scope, op string, d tim
 // transition emits the span of one transition this process caused: a child
 // of parent's span (a root span when it has none), linked to links.
 // A transition of this replica alone (an outlier's) says so: the metric
-// with cbgrpc.outlier, the span with the replica's ID as well.
-func (t *telemetry) transition(parent context.Context, tr *coordinator.Transition, links []trace.Link) {
+// with cbgrpc.outlier, the span with the replica's ID as well. It returns
+// the span's context when the span records, the cause of the state the
+// transition moved to (cause.go); else the zero one.
+func (t *telemetry) transition(parent context.Context, tr *coordinator.Transition, links []trace.Link) trace.SpanContext {
 	t.transitions.Add(parent, 1, t.attrs(tr.Scope, attrFrom.String(tr.From.String()), attrTo.String(tr.To.String()),
 		attrOutlier.Bool(tr.Replica != "")))
 	kvs := []attribute.KeyValue{
@@ -262,7 +264,14 @@ func (t *telemetry) transition(parent context.Context, tr *coordinator.Transitio
 		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithLinks(links...),
 		trace.WithAttributes(kvs...))
+	// A span that does not record (no SDK, or not sampled) leads nowhere;
+	// once ended, none records.
+	recording := span.IsRecording()
 	span.End()
+	if !recording {
+		return trace.SpanContext{}
+	}
+	return span.SpanContext()
 }
 
 // rejected shows a rejected call of method, which began at start, where a
@@ -270,8 +279,10 @@ func (t *telemetry) transition(parent context.Context, tr *coordinator.Transitio
 // a short client span of the call's own, in the OpenTelemetry RPC
 // conventions. The breaker runs above otelgrpc's stats handler, which never
 // sees a call that is not sent: without this span a rejection would be
-// missing from the traces that show every other call.
-func (t *telemetry) rejected(ctx context.Context, method string, start time.Time, e *OpenError, by decider) {
+// missing from the traces that show every other call. Both link to cause,
+// when valid: the span that recorded the transition behind the rejection,
+// in whichever replica's trace (cause.go).
+func (t *telemetry) rejected(ctx context.Context, method string, start time.Time, e *OpenError, by decider, cause trace.SpanContext) {
 	kvs := []attribute.KeyValue{
 		attrScope.String(e.Scope),
 		attrState.String(e.State.String()),
@@ -279,8 +290,15 @@ func (t *telemetry) rejected(ctx context.Context, method string, start time.Time
 		attrReason.String(e.Reason),
 		attrSource.String(by.String()),
 	}
+	var links []trace.Link
+	if cause.IsValid() {
+		links = []trace.Link{{SpanContext: cause}}
+	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.AddEvent(eventRejected, trace.WithAttributes(kvs...))
+		if links != nil {
+			span.AddLink(links[0])
+		}
 	}
 	if !t.rejectedSpans {
 		return
@@ -289,6 +307,7 @@ func (t *telemetry) rejected(ctx context.Context, method string, start time.Time
 	_, span := t.tracer.Start(ctx, name,
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithTimestamp(start),
+		trace.WithLinks(links...),
 		trace.WithAttributes(rpc...),
 		trace.WithAttributes(attrRPCStatusCode.Int64(int64(codes.Unavailable))),
 		trace.WithAttributes(kvs...))

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
@@ -55,6 +57,6 @@ func (b *Breaker) throttling(ctx context.Context, c call, w window, p *coordinat
 		Reason: fmt.Sprintf("throttled, %d%% of calls rejected: the fleet's window holds %d requests and %d accepted",
 			int(share*100), w.calls+w.throttled, w.calls-w.failures)}
 	b.tel.decision(ctx, c.scope, c.method, coordinator.Reject, byThrottle)
-	b.tel.rejected(ctx, c.method, c.start, e, byThrottle)
+	b.tel.rejected(ctx, c.method, c.start, e, byThrottle, trace.SpanContext{})
 	return e
 }

@@ -82,6 +82,11 @@ type Decision struct {
 	// reset's, 0 when none was ever set: a caller that runs on another
 	// version reads the override again.
 	PolicyVersion uint64
+	// Cause is the traceparent of the span that recorded the transition
+	// into the scope's state ([CauseKeeper]), when the state is neither
+	// closed nor disabled, or RampLeft is set; empty otherwise, and while
+	// no cause is kept.
+	Cause string
 }
 
 // Outcome is the result of one admitted call, or a request the caller
@@ -117,6 +122,11 @@ type Transition struct {
 	// whose clock differs from the coordinator's counts OpenUntil.Sub(At)
 	// from when it heard.
 	OpenUntil time.Time
+	// Cause is the traceparent of the span that recorded the transition
+	// ([CauseKeeper]). An operation's answer never carries it: the span is
+	// made from the answer. The feed delivers the transition a second time
+	// with it, once the replica that made it kept it.
+	Cause string
 }
 
 // Result is what Record, Settle and the [Controller] methods report.
@@ -149,6 +159,9 @@ type Result struct {
 	// PolicyVersion is, as in [Decision], the version of the scope's
 	// override.
 	PolicyVersion uint64
+	// Cause is, as in [Decision], the traceparent of the span that
+	// recorded the transition into the scope's state.
+	Cause string
 	// Replicas says, for the [Controller] methods, whether the change
 	// reached the coordinator's replicas; it is zero for Record and Settle,
 	// and when there were no replicas to wait for.

@@ -129,6 +129,11 @@ var rules = []struct {
 	{"PushAfterItsProbeFailedSetsThePeriod", testPushAfterItsProbeFailedSetsThePeriod},
 	{"PushAfterAnOpenIsFenced", testPushAfterAnOpenIsFenced},
 	{"PushNeedsAReason", testPushNeedsAReason},
+	// causes.go: the optional causes of transitions
+	{"CauseIsAnsweredWithItsState", testCauseIsAnsweredWithItsState},
+	{"CauseComesWithTheRamp", testCauseComesWithTheRamp},
+	{"InvalidCauseIsAnError", testInvalidCauseIsAnError},
+	{"WatchDeliversTheCause", testWatchDeliversTheCause},
 	// expiry.go
 	{"OpenStateNeverExpires", testOpenStateNeverExpires},
 	{"HalfOpenStateNeverExpires", testHalfOpenStateNeverExpires},

@@ -101,6 +101,12 @@ type breaker struct {
 	// work (an isolation whose time had passed), reported by the
 	// operation unless it makes one of its own.
 	lapsed *coordinator.Transition
+
+	// moved is the last transition of the scope the feed carried, and
+	// cause what its maker kept as the span that recorded it (cause.go),
+	// "" until then: the next transition ends it.
+	moved *coordinator.Transition
+	cause string
 }
 
 // born gives birth to scope in a new generation, above the generation of
@@ -252,8 +258,10 @@ func (b *breaker) claimProbe(r *rules, now int64, claim string) coordinator.Deci
 }
 
 func (b *breaker) result(r *rules, now int64, stale int, t *coordinator.Transition) coordinator.Result {
-	return coordinator.Result{State: b.stateAt(now), Generation: b.gen, Stale: stale, RetryAfter: b.retryAfter(now),
+	res := coordinator.Result{State: b.stateAt(now), Generation: b.gen, Stale: stale, RetryAfter: b.retryAfter(now),
 		RampLeft: b.rampLeft(r, now), Transition: b.report(t)}
+	res.Cause = b.causeOf(res.State, res.RampLeft, res.Transition)
+	return res
 }
 
 func (b *breaker) seenBatch(id string) bool {

@@ -81,11 +81,13 @@ func (c *Coordinator) op(ctx context.Context, name, scope string, p coordinator.
 		}
 		if b.lapsed = b.lapse(r, now); b.lapsed != nil {
 			c.publish(b.lapsed)
+			b.moved, b.cause = b.lapsed, ""
 		}
 		// A replica's own transition is the replica's business: the feed
 		// carries the scope's.
 		if t := f(b, r, now); t != nil && t != b.lapsed && t.Replica == "" {
 			c.publish(t)
+			b.moved, b.cause = t, ""
 		}
 		b.lapsed = nil
 	})
@@ -147,6 +149,7 @@ func (c *Coordinator) Admit(ctx context.Context, q coordinator.AdmitRequest) (co
 	err := c.op(ctx, "admit", q.Scope, q.Policy, implement.Seen(q.Seen), func(b *breaker, r *rules, now int64) *coordinator.Transition {
 		d = b.admit(r, now, q.Claim)
 		d.PolicyVersion = c.policyVersion(q.Scope)
+		d.Cause = b.causeOf(d.State, d.RampLeft, d.Transition)
 		return d.Transition
 	})
 	return d, err

@@ -76,9 +76,14 @@ local lapsed = false
 -- publish announces tr on the scope's channel, so that every replica
 -- learns of it without asking:
 -- "from to generation at open_until reason", states as coordinator.State.
+-- The state keeps the message as moved, for cause.lua to announce again
+-- with the span that recorded it, and drops the cause of the state left.
 local function publish(tr)
-  redis.call(PUBLISH, CHANNEL, string.format('%d %d %s %s %s %s', CODE[tr.from], CODE[tr.to],
-    int(tr.generation), int(NOW), int(tr.open_until), tr.reason))
+  local message = string.format('%d %d %s %s %s %s', CODE[tr.from], CODE[tr.to],
+    int(tr.generation), int(NOW), int(tr.open_until), tr.reason)
+  redis.call(PUBLISH, CHANNEL, message)
+  redis.call('HSET', KEY_STATE, 'moved', message)
+  redis.call('HDEL', KEY_STATE, 'cause')
 end
 
 -- reply builds the reply of every script, and publishes what the script
@@ -90,8 +95,10 @@ end
 --   moved_from, moved_to, moved_generation, moved_until (the open
 --   period's or isolation's end), moved_reason,
 -- then the script's own names and values (...), then retry_after (ms),
--- ramp_left (ms) and policy_version, each only when it is not 0: the
--- most frequent reply, a calm Admit's, is then the shortest.
+-- ramp_left (ms) and policy_version, each only when it is not 0, and
+-- cause, when one is kept and the state is neither closed nor disabled
+-- or a ramp is left: the most frequent reply, a calm Admit's, is then the
+-- shortest.
 -- The ramp left is what remains of the ramp after a recovery while
 -- closed (RAMP_FOR; 0 when none).
 -- The policy version is that of the scope's override (0: none), so that
@@ -139,6 +146,14 @@ local function reply(s, tr, retry, ...)
   end
   if version ~= 0 then
     r[#r + 1], r[#r + 2] = 'policy_version', version
+  end
+  -- The cause of the state (cause.lua), where a rejection or a ramp links
+  -- to it: never on a calm scope's answer.
+  if (state ~= CLOSED and state ~= DISABLED) or ramp ~= 0 then
+    local cause = redis.call('HGET', KEY_STATE, 'cause')
+    if cause then
+      r[#r + 1], r[#r + 2] = 'cause', cause
+    end
   end
   return r
 end

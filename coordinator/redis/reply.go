@@ -18,6 +18,7 @@ type answer struct {
 	policyVersion uint64
 	now           int64 // the script's clock, Unix ms
 	transition    *coordinator.Transition
+	cause         string // the cause of the state (cause.go), when the reply has one
 	// own holds the whole reply, from which an operation reads its own
 	// names.
 	own *pairs
@@ -35,6 +36,9 @@ func readAnswer(reply []any, scope string) (answer, error) {
 	}
 	if p.has("policy_version") {
 		a.policyVersion = p.uint("policy_version")
+	}
+	if p.has("cause") {
+		a.cause = p.str("cause")
 	}
 	if p.has("moved_from") {
 		t := newTransition(scope, p.int("moved_from"), p.int("moved_to"), p.uint("moved_generation"), a.now,
@@ -202,6 +206,7 @@ func admitted(scope string, a answer) (coordinator.Decision, error) {
 		RampLeft:      a.rampLeft,
 		Transition:    a.transition,
 		PolicyVersion: a.policyVersion,
+		Cause:         a.cause,
 	}
 	if a.own.err != nil {
 		return coordinator.Decision{}, opError("admit", scope, a.own.err)
@@ -222,6 +227,7 @@ func resulted(op, scope string, a answer) (coordinator.Result, error) {
 		RampLeft:      a.rampLeft,
 		Transition:    a.transition,
 		PolicyVersion: a.policyVersion,
+		Cause:         a.cause,
 	}
 	// calls is there when the Record counted and left the breaker closed.
 	if p.has("calls") {

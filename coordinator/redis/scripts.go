@@ -40,6 +40,8 @@ var (
 	policyLua string
 	//go:embed heartbeat.lua
 	heartbeatLua string
+	//go:embed cause.lua
+	causeLua string
 
 	// A Redis Cluster gets sharded pub/sub, which stays on the shard that
 	// owns the scope's slot instead of flooding every node; a single
@@ -133,8 +135,8 @@ func stateLua(batches bool) string {
 
 type scripts struct {
 	admit, record, settle, snapshot, control, push *goredis.Script
-	// policy and heartbeat need none of lib.lua.
-	policy, heartbeat *goredis.Script
+	// policy, heartbeat and cause need none of lib.lua.
+	policy, heartbeat, cause *goredis.Script
 }
 
 func newScripts(publish string) *scripts {
@@ -155,6 +157,7 @@ func newScripts(publish string) *scripts {
 		push:      script(libLua, stateLua(false), readLua, writeLua, pushLua),
 		policy:    script(policyLua),
 		heartbeat: script(heartbeatLua),
+		cause:     script(causeLua),
 	}
 }
 

@@ -441,8 +441,23 @@ func (w *watch) Next(ctx context.Context) (coordinator.Transition, error) {
 }
 
 // parseTransition reads "from to generation at open_until reason" (publish
-// in lib.lua), and reports whether payload is one.
+// in lib.lua), or the same after "caused <cause> " (cause.lua), and reports
+// whether payload is one.
 func parseTransition(scope, payload string) (coordinator.Transition, bool) {
+	cause := ""
+	if rest, ok := strings.CutPrefix(payload, "caused "); ok {
+		cause, payload, _ = strings.Cut(rest, " ")
+		if coordinator.CheckCause(cause) != nil {
+			return coordinator.Transition{}, false
+		}
+	}
+	t, ok := parseMove(scope, payload)
+	t.Cause = cause
+	return t, ok
+}
+
+// parseMove reads "from to generation at open_until reason".
+func parseMove(scope, payload string) (coordinator.Transition, bool) {
 	f := strings.SplitN(payload, " ", 6)
 	if len(f) != 6 {
 		return coordinator.Transition{}, false
