@@ -52,7 +52,9 @@ type Breaker struct {
 	admits sync.WaitGroup
 	// pushing holds the scopes a server's pushback is being sent for
 	// (pushback.go).
-	pushing   sync.Map
+	pushing sync.Map
+	// dry counts what a dry run would have rejected (dryrun.go).
+	dry       wouldReject
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -241,8 +243,9 @@ func (b *Breaker) enter() bool {
 type fate int8
 
 const (
-	// unprotected: no breaker applies (the Breaker is closed); the
-	// outcome is not taken.
+	// unprotected: no breaker applies (the Breaker is closed, or a dry
+	// run let through a call it would have rejected); the outcome is not
+	// taken.
 	unprotected fate = iota
 	// recorded: admitted while closed; the outcome goes to Record.
 	recorded

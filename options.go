@@ -112,6 +112,7 @@ type config struct {
 	// plainClassifier: classifier is DefaultClassifier, which cannot
 	// panic (classify).
 	plainClassifier bool
+	dryRun          bool // rejects nothing (dryrun.go)
 }
 
 func newConfig(opts []Option) config {

@@ -47,7 +47,7 @@ func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
 		if c.scope == "" {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
-		t, err := b.admit(ctx, c)
+		t, err := b.letThrough(b.admit(ctx, c))
 		if err != nil {
 			return nil, err
 		}

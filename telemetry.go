@@ -60,11 +60,12 @@ const (
 	byRamp                         // closed, but ramping up after a recovery (ramp.go)
 	byThrottle                     // closed, but throttled adaptively (throttle.go)
 	byOutlier                      // this replica alone is failing (outlier.go)
+	byDryRun                       // let through by a dry run that would have rejected it (dryrun.go)
 	deciders
 )
 
 func (d decider) String() string {
-	return [deciders]string{"coordinator", "cache", "known_state", "failure_policy", "ramp", "throttle", "outlier"}[d]
+	return [deciders]string{"coordinator", "cache", "known_state", "failure_policy", "ramp", "throttle", "outlier", "dry_run"}[d]
 }
 
 // Why an outcome or settlement was not delivered.
@@ -82,6 +83,7 @@ var dropReasons = []string{dropQueueFull, dropCoordinator, dropBackoff, dropClos
 const (
 	spanTransition          = "cbgrpc.transition"
 	eventRejected           = "cbgrpc.rejected"
+	eventDryRun             = "cbgrpc.dry_run"
 	eventCoordinatorFailure = "cbgrpc.coordinator_unavailable"
 )
 
@@ -93,6 +95,9 @@ type telemetry struct {
 	tracer         trace.Tracer
 	scopeInMetrics bool
 	rejectedSpans  bool
+	// dryRun: a rejection is a call let through (dryrun.go), counted as
+	// allowed by the dry run and marked with its own event.
+	dryRun bool
 
 	decisions   metric.Int64Counter
 	transitions metric.Int64Counter
@@ -124,6 +129,7 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 		tracer:         c.tp.Tracer(instrumentationName),
 		scopeInMetrics: c.scopeInMetrics,
 		rejectedSpans:  c.rejectedSpans,
+		dryRun:         c.dryRun,
 	}
 	m := c.mp.Meter(instrumentationName)
 	var err error
@@ -208,7 +214,11 @@ func (t *telemetry) attrs(scope string, kvs ...attribute.KeyValue) metric.Measur
 }
 
 // decision counts one admission of a call of method ("/pkg.Service/Method").
+// A dry run's rejection counts as a call its dry run let through.
 func (t *telemetry) decision(ctx context.Context, scope, method string, v coordinator.Verdict, by decider) {
+	if t.dryRun && v == coordinator.Reject {
+		v, by = coordinator.Allow, byDryRun
+	}
 	m := t.methods.get(method)
 	if !t.scopeInMetrics && v >= 0 && int(v) < len(m.decisions) {
 		t.decisions.Add(ctx, 1, m.decisions[v][by]...)
@@ -294,13 +304,18 @@ func (t *telemetry) rejected(ctx context.Context, method string, start time.Time
 	if cause.IsValid() {
 		links = []trace.Link{{SpanContext: cause}}
 	}
+	event := eventRejected
+	if t.dryRun {
+		// The call goes on, traced as any other: no span of its own.
+		event = eventDryRun
+	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.AddEvent(eventRejected, trace.WithAttributes(kvs...))
+		span.AddEvent(event, trace.WithAttributes(kvs...))
 		if links != nil {
 			span.AddLink(links[0])
 		}
 	}
-	if !t.rejectedSpans {
+	if !t.rejectedSpans || t.dryRun {
 		return
 	}
 	name, rpc := rpcAttrs(method)

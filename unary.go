@@ -44,7 +44,7 @@ func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		if c.scope == "" {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
-		t, err := b.admit(ctx, c)
+		t, err := b.letThrough(b.admit(ctx, c))
 		if err != nil {
 			return b.rejected(ctx, method, req, reply, err)
 		}

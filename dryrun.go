@@ -1,0 +1,60 @@
+package cbgrpc
+
+import (
+	"sync"
+)
+
+// WithDryRun makes the Breaker a dry run, to adopt the breaker safely: the
+// coordinator runs the rules as usual, fleet-wide, so the breaker trips,
+// probes and recovers and its transitions are traced and published, but
+// this Breaker rejects no call. Each call it would have rejected (open,
+// out of probe slots, ramping, throttled, an outlier, or a scope last seen
+// open while the coordinator is unreachable) goes through and is counted
+// in cbgrpc.decisions with cbgrpc.decided_by = dry_run, marked with a
+// cbgrpc.dry_run event on the caller's span. Its outcome is not recorded: an enforcing Breaker would not have made the
+// call, so the window sees of a dry-run fleet what it would see of an
+// enforcing one. Probes are admitted and settled as always.
+func WithDryRun() Option {
+	return optionFunc(func(c *config) { c.dryRun = true })
+}
+
+// letThrough is, for a dry run, the ticket of a call its admission
+// rejected (err, an [*OpenError]): a call that goes through and whose
+// outcome is not taken. Telemetry counted and marked it where it was
+// decided. Other results pass unchanged.
+func (b *Breaker) letThrough(t ticket, err error) (ticket, error) {
+	if !b.cfg.dryRun || err == nil {
+		return t, err
+	}
+	e, ok := err.(*OpenError)
+	if !ok {
+		return t, err
+	}
+	b.dry.add(e.Scope)
+	return ticket{fate: unprotected}, nil
+}
+
+// wouldReject counts, per scope, the calls a dry run let through that it
+// would have rejected, until they are reported to the coordinator.
+type wouldReject struct {
+	mu      sync.Mutex
+	pending map[string]int
+}
+
+func (w *wouldReject) add(scope string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pending == nil {
+		w.pending = make(map[string]int)
+	}
+	w.pending[scope]++
+}
+
+// take returns the counts pending and forgets them.
+func (w *wouldReject) take() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.pending
+	w.pending = nil
+	return p
+}
