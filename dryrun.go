@@ -1,9 +1,5 @@
 package cbgrpc
 
-import (
-	"sync"
-)
-
 // WithDryRun makes the Breaker a dry run, to adopt the breaker safely: the
 // coordinator runs the rules as usual, fleet-wide, so the breaker trips,
 // probes and recovers and its transitions are traced and published, but
@@ -26,35 +22,8 @@ func (b *Breaker) letThrough(t ticket, err error) (ticket, error) {
 	if !b.cfg.dryRun || err == nil {
 		return t, err
 	}
-	e, ok := err.(*OpenError)
-	if !ok {
+	if _, ok := err.(*OpenError); !ok {
 		return t, err
 	}
-	b.dry.add(e.Scope)
 	return ticket{fate: unprotected}, nil
-}
-
-// wouldReject counts, per scope, the calls a dry run let through that it
-// would have rejected, until they are reported to the coordinator.
-type wouldReject struct {
-	mu      sync.Mutex
-	pending map[string]int
-}
-
-func (w *wouldReject) add(scope string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.pending == nil {
-		w.pending = make(map[string]int)
-	}
-	w.pending[scope]++
-}
-
-// take returns the counts pending and forgets them.
-func (w *wouldReject) take() map[string]int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	p := w.pending
-	w.pending = nil
-	return p
 }

@@ -52,9 +52,7 @@ type Breaker struct {
 	admits sync.WaitGroup
 	// pushing holds the scopes a server's pushback is being sent for
 	// (pushback.go).
-	pushing sync.Map
-	// dry counts what a dry run would have rejected (dryrun.go).
-	dry       wouldReject
+	pushing   sync.Map
 	closeOnce sync.Once
 	closeErr  error
 }
