@@ -23,7 +23,8 @@ state (the last four unless --create is given), and policy show or set of one th
 has no override either (set unless --create is given); 4 isolate, release, disable
 or enable whose change no replica confirmed (in force on the master; run it again
 once the replicas are back); 5 list that found scopes whose stored state is unusable
-(listed as corrupt, beside the others).
+(listed as corrupt, beside the others); 6 doctor that found warnings and no
+failure; 7 doctor that found a failure.
 `
 
 // writeUsage writes cbctl's help: the commands, and fs, the flags every

@@ -33,13 +33,16 @@ func TestCLIHelp(t *testing.T) {
 		{[]string{"watch", "--json", "-h"}, "  --rescan D"},
 		{[]string{"help", "policy"}, "usage: cbctl policy [flags] show|set|reset SCOPE|--default\n"},
 		{[]string{"policy", "--help"}, "  cbctl policy set SCOPE field=value...  "},
+		{[]string{"help"}, "  doctor [--fleet N] [--replicas N]      check what cbgrpc needs of this Redis"},
+		{[]string{"doctor", "--help"}, "  --fleet N  "},
+		{[]string{"help", "doctor"}, "exit status: 0 healthy (ok and skip only); 6 warnings"},
 	} {
 		r := c.want(0, h.stdout, "", h.args...)
 		if m := oneDashFlag.FindString(r.stdout); m != "" {
 			t.Errorf("cbctl %q: help writes a flag with one dash: %q\n%s", h.args, m, r.stdout)
 		}
 	}
-	usageTexts := []string{"exit status: 0 done", "3 show, isolate, release, disable or enable of a scope that has no\nstate", "4 isolate"}
+	usageTexts := []string{"exit status: 0 done", "3 show, isolate, release, disable or enable of a scope that has no\nstate", "4 isolate", "6 doctor that found warnings", "7 doctor that found a failure"}
 	for _, want := range usageTexts {
 		c.want(0, want, "", "--help")
 	}

@@ -18,6 +18,7 @@
 //	cbctl policy reset SCOPE|--default           remove the override
 //	cbctl watch [SCOPE...]                       print transitions as they happen
 //	cbctl serve [--listen HOST:PORT]             a live dashboard of every breaker, in a browser
+//	cbctl doctor [--fleet N] [--replicas N]      what the Redis lacks for cbgrpc, and what to change
 //	cbctl help [COMMAND]                         help, on standard output
 //	cbctl --version                              the version cbctl was built from
 //
@@ -65,6 +66,15 @@
 // serve ends with status 0 on SIGINT or SIGTERM, closing the pages' event
 // streams and the transition feed.
 //
+// and doctor, which checks what cbgrpc needs of the Redis and prints one
+// line per check, ok, warn, FAIL or skip, with what to change (see
+// docs/doctor.md), also takes:
+//
+//	--fleet N                        replicas of the services that will share the Redis, against maxclients
+//	--coordinator-timeout D          the services' coordinator timeout, against the round trip (default 50ms)
+//	--user NAME                      the ACL user whose grant ACL DRYRUN checks (default: cbctl's own)
+//	--replicas N, --replica-timeout D  the replicas WAIT must confirm, as for isolate
+//
 // "cbctl --help", "cbctl help COMMAND" and "cbctl COMMAND --help" print
 // help on standard output and exit 0; a usage error prints one line on
 // standard error and exits 2.
@@ -107,7 +117,8 @@
 // back); 5 list that found scopes whose stored state is unusable (junk in
 // their keys): it lists the others as usual and those with state
 // "corrupt" (in --json also "corrupt": the error), and says why on
-// standard error. Errors go to standard error as one line "cbctl: COMMAND: ...". A
+// standard error. 6 doctor that found warnings and no failure; 7
+// doctor that found a failure, an unreachable Redis included. Errors go to standard error as one line "cbctl: COMMAND: ...". A
 // change that some replicas confirmed and others did not exits 0 with a
 // note on standard error.
 //
@@ -200,6 +211,7 @@ var commands = []*command{
 	{"policy", "show|set|reset SCOPE|--default", "the policy override of a scope, or the fleet default", cmdPolicy},
 	{"watch", "[SCOPE...]", "print transitions as they happen", cmdWatch},
 	{"serve", "[--listen HOST:PORT]", "a live dashboard of every breaker, in a browser", cmdServe},
+	{"doctor", "[--fleet N] [--replicas N]", "check what cbgrpc needs of this Redis, and say what to change", cmdDoctor},
 }
 
 func lookup(name string) *command {

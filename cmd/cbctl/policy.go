@@ -35,7 +35,7 @@ when none confirmed the change.
 `
 
 // moreHelp is what a command's help says beyond its synopsis and brief.
-var moreHelp = map[string]string{"policy": policyHelp}
+var moreHelp = map[string]string{"policy": policyHelp, "doctor": doctorHelp}
 
 func cmdPolicy(ctx context.Context, e *env, args []string) error {
 	fs := e.flags()

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// serverVersion is a server's Redis version (Valkey reports the Redis
+// version it is compatible with beside its own); zero when unknown.
+type serverVersion struct{ major, minor int }
+
+func parseVersion(s string) serverVersion {
+	parts := strings.SplitN(s, ".", 3)
+	var v serverVersion
+	if len(parts) >= 2 {
+		v.major, _ = strconv.Atoi(parts[0])
+		v.minor, _ = strconv.Atoi(parts[1])
+	}
+	return v
+}
+
+func (v serverVersion) atLeast(major, minor int) bool {
+	return v.major > major || v.major == major && v.minor >= minor
+}
+
+func (v serverVersion) known() bool { return v.major > 0 }
+
+// features says what the coordinator uses of a server of version v.
+func (v serverVersion) features() string {
+	if !v.atLeast(6, 0) {
+		return "no ACL users (6.0), no SPUBLISH (7.0)"
+	}
+	if !v.atLeast(7, 0) {
+		return "ACL users; no SPUBLISH/SSUBSCRIBE, ACL DRYRUN or ACL checks in scripts (all 7.0)"
+	}
+	return "ACL users, SPUBLISH/SSUBSCRIBE, ACL DRYRUN, ACL checks in scripts"
+}
+
+// checkServer reads INFO server: what server, which version and mode,
+// and whether they give what the coordinator uses. It returns the
+// version, zero when INFO is refused.
+func (d *doctor) checkServer(ctx context.Context, n *goredis.Client) serverVersion {
+	const check = "server"
+	info, err := n.InfoMap(ctx, "server").Result()
+	if err != nil {
+		d.add(check, d.node(n), statusFail, "INFO server refused: "+err.Error(),
+			"grant +info (docs/redis-acl.md): the feeds' heartbeats read INFO replication")
+		return serverVersion{}
+	}
+	s := info["Server"]
+	v := parseVersion(s["redis_version"])
+	name := "Redis " + s["redis_version"]
+	if s["server_name"] == "valkey" || s["valkey_version"] != "" {
+		name = fmt.Sprintf("Valkey %s (Redis %s compatible)", s["valkey_version"], s["redis_version"])
+	}
+	found := fmt.Sprintf("%s, %s mode: %s", name, s["redis_mode"], v.features())
+	_, cluster := d.e.client.(*goredis.ClusterClient)
+	switch {
+	case s["redis_mode"] == "cluster" && !cluster:
+		d.add(check, d.node(n), statusFail, found+"; a Cluster node, reached as a single server",
+			"give --cluster, and the services a cluster client (goredis.NewClusterClient)")
+	case cluster && !v.atLeast(7, 0):
+		d.add(check, d.node(n), statusFail, found+"; on a Cluster the coordinator's scripts publish with SPUBLISH",
+			"upgrade the Cluster to Redis 7.0 or later (or Valkey 7.2 or later)")
+	case !v.atLeast(6, 2):
+		d.add(check, d.node(n), statusWarn, found+"; older than Redis 6.2, the oldest the project supports",
+			"upgrade to Redis 6.2 or later")
+	default:
+		d.add(check, d.node(n), statusOK, found, "")
+	}
+	return v
+}
