@@ -278,7 +278,7 @@ func benchmarkHeartbeat(b *testing.B, rdb goredis.UniversalClient, nodes ...*red
 	plain := run(func(i int) func() error {
 		ch := fmt.Sprint("plain", i)
 		ps := rdb.Subscribe(ctx, ch)
-		if c.sharded {
+		if srv, _ := c.learn(ctx); srv.sharded {
 			ps = rdb.SSubscribe(ctx, ch)
 		}
 		if _, err := ps.Receive(ctx); err != nil {

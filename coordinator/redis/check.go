@@ -35,15 +35,17 @@ var errRefused = errors.New("NOPERM the ACL refuses commands the scripts run")
 
 // Check implements [coordinator.Checker] on the node that holds the fleet
 // default's policy (on a Redis Cluster, the master the client maps its
-// slot to; other masters are not asked): it dials the node, then sends
-// PING, INFO replication (the node must be a master) and a script that
-// reads that key, as the operations do, and (Redis 7) asks the ACL about
-// every command their scripts run. It writes nothing. The error
-// names the cause: the node cannot be reached, the credentials are
-// refused, the user lacks a grant (see docs/redis-acl.md), the node is a
-// replica, or it is loading its data.
+// slot to; other masters are only asked their version): it dials the
+// node, then sends PING, INFO replication (the node must be a master),
+// learns on a Cluster whether every master has sharded pub/sub
+// (features.go), and runs a script that reads that key, as the operations
+// do, and tries every command their scripts run (check.lua). It leaves
+// nothing written. The error names the cause: the node cannot be reached,
+// the credentials are refused, the user lacks a grant (see
+// docs/redis-acl.md), the node is a replica, or it is loading its data.
 func (c *Coordinator) Check(ctx context.Context) error {
-	key, channel := fleetKeys(c.prefix)
+	key, _ := fleetKeys(c.prefix)
+	scratch, channel := checkKeys(c.prefix)
 	node, addr, err := c.checkNode(ctx, key)
 	if err != nil {
 		return checkError(addr, err)
@@ -71,11 +73,15 @@ func (c *Coordinator) Check(ctx context.Context) error {
 	if role := info["Replication"]["role"]; role != "" && role != "master" {
 		return checkError(addr, fmt.Errorf("%w, master %s:%s", errReplica, info["Replication"]["master_host"], info["Replication"]["master_port"]))
 	}
+	srv, err := c.learn(ctx)
+	if err != nil {
+		return checkError(addr, err)
+	}
 	publish := "PUBLISH"
-	if c.sharded {
+	if srv.sharded {
 		publish = "SPUBLISH"
 	}
-	refused, err := checkScript.Run(ctx, rdb, []string{key}, channel, publish).StringSlice()
+	refused, err := checkScript.Run(ctx, rdb, []string{key, scratch}, channel, publish).StringSlice()
 	if err != nil {
 		return checkError(addr, err)
 	}
@@ -167,29 +173,32 @@ func (c *Coordinator) ErrorKind(err error) string {
 	return kindOf(err)
 }
 
+// kindOf names the cause of err: the server's error reply as the table
+// of replyErrors reads it, else what the network or go-redis said.
 func kindOf(err error) string {
-	var reply goredis.Error
 	var netErr net.Error
 	switch {
 	case err == nil:
 		return ""
-	case errors.Is(err, errReplica) || goredis.IsReadOnlyError(err):
+	case errors.Is(err, errReplica):
 		return coordinator.KindReadOnly
-	// "unauthenticated" is how Redis 7 cuts off a client that sent a long
-	// command before authenticating.
-	case goredis.IsAuthError(err) || errors.As(err, &reply) && strings.Contains(reply.Error(), "unauthenticated"):
-		return coordinator.KindAuth
-	case errors.Is(err, errRefused) || goredis.IsPermissionError(err) || errors.As(err, &reply) && strings.Contains(reply.Error(), "can't run this command"):
+	case errors.Is(err, errRefused):
 		return coordinator.KindPermission
-	case goredis.IsLoadingError(err):
-		return coordinator.KindLoading
+	}
+	switch kind := replyKind(err); kind {
+	case "":
+	case kindCorrupt:
+		// Check's own script failed on what it read.
+		return coordinator.KindScript
+	default:
+		return kind
+	}
+	switch {
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
 		return coordinator.KindTimeout
 	case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) ||
 		errors.Is(err, goredis.ErrClosed) || errors.As(err, new(*net.OpError)) || errors.As(err, new(*net.DNSError)):
 		return coordinator.KindUnreachable
-	case errors.As(err, &reply) && (strings.HasPrefix(reply.Error(), "NOSCRIPT") || strings.Contains(reply.Error(), "script")):
-		return coordinator.KindScript
 	}
 	return ""
 }

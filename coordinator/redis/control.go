@@ -52,10 +52,10 @@ func (c *Coordinator) control(ctx context.Context, op string, q coordinator.Comm
 		return coordinator.Result{}, opError(op, scope, err)
 	}
 	if conn == nil {
-		return c.result(ctx, c.client, c.scripts.control, op, scope, p, implement.Seen(q.Seen), args...)
+		return c.result(ctx, c.client, controlScript, op, scope, p, implement.Seen(q.Seen), args...)
 	}
 	defer conn.Close()
-	res, err := c.result(ctx, conn, c.scripts.control, op, scope, p, implement.Seen(q.Seen), args...)
+	res, err := c.result(ctx, conn, controlScript, op, scope, p, implement.Seen(q.Seen), args...)
 	if err != nil {
 		cluster, ok := c.client.(*goredis.ClusterClient)
 		if _, moved := goredis.IsMovedError(err); ok && moved {

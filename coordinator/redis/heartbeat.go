@@ -80,17 +80,16 @@ func (w *watch) publish() {
 	// A heartbeat later than this is no use: the reader has given up.
 	ctx, cancel := context.WithTimeout(w.life, w.c.silence())
 	defer cancel()
-	script := w.c.scripts.heartbeat
 	w.c.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, b := range beats {
-			beats[i].sent = script.EvalSha(ctx, p, []string{b.ch}, w.id, b.followers)
+			beats[i].sent = b.s.heartbeat().EvalSha(ctx, p, []string{b.ch}, w.id, b.followers)
 		}
 		return nil
 	})
 	for i, b := range beats {
 		if goredis.HasErrorPrefix(b.sent.Err(), "NOSCRIPT") {
 			// After a restart or SCRIPT FLUSH: the script goes along.
-			beats[i].sent = script.Eval(ctx, w.c.client, []string{b.ch}, w.id, b.followers)
+			beats[i].sent = b.s.heartbeat().Eval(ctx, w.c.client, []string{b.ch}, w.id, b.followers)
 		}
 	}
 	w.mu.Lock()
@@ -123,6 +122,15 @@ func (w *watch) publish() {
 			b.s.unsent, b.s.followers = nil, int(reached)
 		}
 	}
+}
+
+// heartbeat is the script that publishes s's heartbeats, in the pub/sub
+// s subscribed by.
+func (s *sub) heartbeat() *goredis.Script {
+	if s.sharded {
+		return shardedScripts.heartbeat
+	}
+	return plainScripts.heartbeat
 }
 
 // lineage takes the reply to a heartbeat published for s: the followers

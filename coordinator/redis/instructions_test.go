@@ -87,7 +87,7 @@ func BenchmarkInstructions(b *testing.B) {
 		count(b, func(rdb *goredis.Client, c *Coordinator) func(context.Context, int) error {
 			channel := DefaultPrefix + layout + ":{fleet}:heartbeat:bench"
 			return func(ctx context.Context, _ int) error {
-				return c.scripts.heartbeat.Run(ctx, rdb, []string{channel}, "bench", "").Err()
+				return plainScripts.heartbeat.Run(ctx, rdb, []string{channel}, "bench", "").Err()
 			}
 		})
 	})

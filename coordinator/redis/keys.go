@@ -46,3 +46,10 @@ func fleetKeys(prefix string) (policy, channel string) {
 	base := prefix + layout + ":{fleet}"
 	return base + ":policy", base + ":policy-changes"
 }
+
+// checkKeys name the key and the channel of Check's script (check.lua), in
+// the fleet default's slot: nobody else uses either.
+func checkKeys(prefix string) (key, channel string) {
+	base := prefix + layout + ":{fleet}"
+	return base + ":check", base + ":check"
+}

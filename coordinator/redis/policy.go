@@ -70,7 +70,11 @@ func (c *Coordinator) changeOverride(ctx context.Context, op string, t coordinat
 		if c.clock != nil {
 			now = strconv.FormatInt(c.clock().UnixMilli(), 10)
 		}
-		reply, err := c.scripts.policy.Run(ctx, rdb, []string{key, channel},
+		set, err := c.scriptSet(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		reply, err := set.policy.Run(ctx, rdb, []string{key, channel},
 			now, strconv.FormatUint(mine.Version, 10), next.String(), n.By, n.Reason).Slice()
 		if err != nil {
 			return fail(err)

@@ -15,6 +15,6 @@ func (c *Coordinator) Push(ctx context.Context, q coordinator.PushRequest) (coor
 	if err := implement.CheckPushReason(q.Reason); err != nil {
 		return coordinator.Result{}, opError("push", q.Scope, err)
 	}
-	return c.result(ctx, c.client, c.scripts.push, "push", q.Scope, q.Policy, implement.Seen(q.Seen, coordinator.Outcome{Generation: q.Generation}),
+	return c.result(ctx, c.client, pushScript, "push", q.Scope, q.Policy, implement.Seen(q.Seen, coordinator.Outcome{Generation: q.Generation}),
 		strconv.FormatUint(q.Generation, 10), implement.PushPeriod(q.Policy, q.Period).Milliseconds(), q.Reason)
 }

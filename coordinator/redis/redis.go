@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -48,8 +47,8 @@ type Coordinator struct {
 	client  goredis.UniversalClient
 	prefix  string
 	clock   func() time.Time
-	scripts *scripts
-	sharded bool // a Redis Cluster: transitions go out by sharded pub/sub
+	cluster bool                   // a Redis Cluster: a Watch subscribes on each node that owns a followed scope
+	learned atomic.Pointer[server] // what learn found
 
 	replicas       int // 0: as many as the master reports
 	replicaTimeout time.Duration
@@ -135,11 +134,9 @@ func New(client goredis.UniversalClient, opts ...Option) *Coordinator {
 	if client == nil || reflect.ValueOf(client).IsNil() {
 		panic("redis coordinator: New: client is nil; pass a go-redis client (goredis.NewClient, NewClusterClient or NewUniversalClient)")
 	}
-	c := &Coordinator{client: client, prefix: DefaultPrefix, scripts: plainScripts, replicaTimeout: DefaultReplicaTimeout,
+	c := &Coordinator{client: client, prefix: DefaultPrefix, replicaTimeout: DefaultReplicaTimeout,
 		heartbeat: heartbeatEvery, sharedCap: sharedCap}
-	if _, ok := client.(*goredis.ClusterClient); ok {
-		c.scripts, c.sharded = shardedScripts, true
-	}
+	_, c.cluster = client.(*goredis.ClusterClient)
 	for _, o := range opts {
 		if o != nil {
 			o.apply(c)
@@ -190,11 +187,12 @@ var reads = access{}
 // generation seen.
 func writes(seen uint64) access { return access{write: true, seen: seen} }
 
-// call runs one script for op on scope, on rdb, and reads the part of its
+// call runs one script for op on scope, the one pick takes of the set
+// that suits the server (scriptSet), on rdb, and reads the part of its
 // reply that every script shares (reply in lib.lua). The first ARGV are
 // the ones every script reads; scripts that write also get the scope, the
 // GC margin and the generation seen.
-func (c *Coordinator) call(ctx context.Context, rdb goredis.Scripter, s *goredis.Script, op, scope string, p coordinator.Policy, use access, args ...any) (answer, error) {
+func (c *Coordinator) call(ctx context.Context, rdb goredis.Scripter, pick scriptOf, op, scope string, p coordinator.Policy, use access, args ...any) (answer, error) {
 	if err := p.Validate(); err != nil {
 		return answer{}, opError(op, scope, err)
 	}
@@ -212,8 +210,12 @@ func (c *Coordinator) call(ctx context.Context, rdb goredis.Scripter, s *goredis
 		argv = append(argv, scope, margin.Milliseconds(), strconv.FormatUint(use.seen, 10), p.RampFor.Milliseconds())
 	}
 	argv = append(argv, args...)
+	set, err := c.scriptSet(ctx)
+	if err != nil {
+		return answer{}, opError(op, scope, err)
+	}
 	k := scopeKeys(c.prefix, scope)
-	reply, err := s.Run(ctx, rdb, k[:], argv...).Slice()
+	reply, err := pick(set).Run(ctx, rdb, k[:], argv...).Slice()
 	if err != nil {
 		if corrupt(err) {
 			err = fmt.Errorf("%w: %w", coordinator.ErrCorruptState, err)
@@ -225,19 +227,6 @@ func (c *Coordinator) call(ctx context.Context, rdb goredis.Scripter, s *goredis
 		return answer{}, opError(op, scope, err)
 	}
 	return a, nil
-}
-
-// corrupt reports whether err is Redis refusing this scope's data (a key
-// of the wrong type, or a script failing on what it read) rather than
-// Redis or the network failing: LOADING, BUSY, READONLY, OOM, NOPERM and
-// connection errors concern every scope.
-func corrupt(err error) bool {
-	var reply goredis.Error
-	if !errors.As(err, &reply) {
-		return false
-	}
-	msg := reply.Error()
-	return strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, "ERR user_script")
 }
 
 // opError names the operation and the scope.
@@ -258,7 +247,7 @@ func abbreviate(scope string) string {
 // Admit implements [coordinator.Coordinator].
 func (c *Coordinator) Admit(ctx context.Context, q coordinator.AdmitRequest) (coordinator.Decision, error) {
 	scope, p, claim := q.Scope, q.Policy, q.Claim
-	a, err := c.call(ctx, c.client, c.scripts.admit, "admit", scope, p, writes(implement.Seen(q.Seen)),
+	a, err := c.call(ctx, c.client, admitScript, "admit", scope, p, writes(implement.Seen(q.Seen)),
 		p.Probes, p.ProbeLease.Milliseconds(), claim)
 	if err != nil {
 		return coordinator.Decision{}, err
@@ -287,7 +276,7 @@ func (c *Coordinator) Record(ctx context.Context, q coordinator.RecordRequest) (
 		args = append(args, strconv.FormatUint(gen, 10), flags, n)
 		i += n
 	}
-	a, err := c.call(ctx, c.client, c.scripts.record, "record", q.Scope, p, writes(implement.Seen(q.Seen, outcomes...)), args...)
+	a, err := c.call(ctx, c.client, recordScript, "record", q.Scope, p, writes(implement.Seen(q.Seen, outcomes...)), args...)
 	if err != nil {
 		return coordinator.Result{}, err
 	}
@@ -318,7 +307,7 @@ func (c *Coordinator) Settle(ctx context.Context, q coordinator.SettleRequest) (
 	if o.Failure || p.IsSlow(o.Duration) {
 		failed = 1
 	}
-	return c.result(ctx, c.client, c.scripts.settle, "settle", scope, p, implement.Seen(q.Seen, o),
+	return c.result(ctx, c.client, settleScript, "settle", scope, p, implement.Seen(q.Seen, o),
 		claim, strconv.FormatUint(o.Generation, 10), failed,
 		p.OpenFor.Milliseconds(), p.MaxOpenFor.Milliseconds(), p.ProbeSuccesses)
 }
@@ -326,8 +315,8 @@ func (c *Coordinator) Settle(ctx context.Context, q coordinator.SettleRequest) (
 // result runs a script that writes on rdb, for a caller that has seen
 // generation seen, that replies with a [coordinator.Result] (resulted in
 // reply.go).
-func (c *Coordinator) result(ctx context.Context, rdb goredis.Scripter, s *goredis.Script, op, scope string, p coordinator.Policy, seen uint64, args ...any) (coordinator.Result, error) {
-	a, err := c.call(ctx, rdb, s, op, scope, p, writes(seen), args...)
+func (c *Coordinator) result(ctx context.Context, rdb goredis.Scripter, pick scriptOf, op, scope string, p coordinator.Policy, seen uint64, args ...any) (coordinator.Result, error) {
+	a, err := c.call(ctx, rdb, pick, op, scope, p, writes(seen), args...)
 	if err != nil {
 		return coordinator.Result{}, err
 	}
@@ -338,7 +327,7 @@ func (c *Coordinator) result(ctx context.Context, rdb goredis.Scripter, s *gored
 // reads (with EVALSHA rather than EVALSHA_RO, which Redis 6 lacks): a scope
 // that is not born reads as such, generation 0.
 func (c *Coordinator) Snapshot(ctx context.Context, scope string, p coordinator.Policy) (coordinator.Snapshot, error) {
-	a, err := c.call(ctx, c.client, c.scripts.snapshot, "snapshot", scope, p, reads)
+	a, err := c.call(ctx, c.client, snapshotScript, "snapshot", scope, p, reads)
 	if err != nil {
 		return coordinator.Snapshot{}, err
 	}

@@ -43,9 +43,10 @@ var (
 	//go:embed cause.lua
 	causeLua string
 
-	// A Redis Cluster gets sharded pub/sub, which stays on the shard that
-	// owns the scope's slot instead of flooding every node; a single
-	// server gets plain pub/sub, which Redis 6 has too.
+	// A Redis Cluster that has sharded pub/sub (features.go) gets it,
+	// which stays on the shard that owns the scope's slot instead of
+	// flooding every node; a single server, and a Cluster of Redis 6, get
+	// plain pub/sub.
 	plainScripts   = newScripts("PUBLISH")
 	shardedScripts = newScripts("SPUBLISH")
 )
@@ -160,6 +161,17 @@ func newScripts(publish string) *scripts {
 		cause:     script(causeLua),
 	}
 }
+
+// A scriptOf picks one script of a set, for the calls that learn first
+// which set suits the server (scriptSet).
+type scriptOf func(*scripts) *goredis.Script
+
+func admitScript(s *scripts) *goredis.Script    { return s.admit }
+func recordScript(s *scripts) *goredis.Script   { return s.record }
+func settleScript(s *scripts) *goredis.Script   { return s.settle }
+func snapshotScript(s *scripts) *goredis.Script { return s.snapshot }
+func controlScript(s *scripts) *goredis.Script  { return s.control }
+func pushScript(s *scripts) *goredis.Script     { return s.push }
 
 // define is a line of Lua that binds name to the Lua expression value.
 func define(name, value string) string {

@@ -41,7 +41,7 @@ const sharedCap = 1000
 // takes the subscription with it, which Redis tells (confirmed), and the
 // next Watch chooses again.
 func (c *Coordinator) heartbeatBase(ctx context.Context, node string) (string, error) {
-	if !c.sharded {
+	if !c.cluster {
 		return c.prefix + layout + ":{fleet}:heartbeat", nil
 	}
 	cc := c.client.(*goredis.ClusterClient)
@@ -166,7 +166,7 @@ func (s *sub) moved() (left string) {
 // then moves s there.
 func (w *watch) move(s *sub, ch string) {
 	var err error
-	if w.c.sharded {
+	if s.sharded {
 		err = s.ps.SSubscribe(w.life, ch)
 	} else {
 		err = s.ps.Subscribe(w.life, ch)
@@ -181,7 +181,7 @@ func (w *watch) move(s *sub, ch string) {
 
 // leave unsubscribes s from the shared channel it left, from s's reader.
 func (w *watch) leave(s *sub, ch string) {
-	if w.c.sharded {
+	if s.sharded {
 		s.ps.SUnsubscribe(w.life, ch)
 	} else {
 		s.ps.Unsubscribe(w.life, ch)

@@ -78,10 +78,11 @@ type watch struct {
 // sub is one subscription: a connection to one node, which carries the
 // heartbeats from that node besides the scopes' channels (heartbeat.go).
 type sub struct {
-	ps     *goredis.PubSub
-	node   string // its key in watch.subs
-	base   string // the start of its shared heartbeat channels' names (heartbeatBase)
-	shared string // the channel of the heartbeats shared with other Watches
+	ps      *goredis.PubSub
+	sharded bool   // by SSUBSCRIBE: on a Cluster that has it (features.go)
+	node    string // its key in watch.subs
+	base    string // the start of its shared heartbeat channels' names (heartbeatBase)
+	shared  string // the channel of the heartbeats shared with other Watches
 	// replid is the replication ID of the stream the heartbeats come in,
 	// the first heard or published to (sameStream).
 	replid string
@@ -162,7 +163,7 @@ func (w *watch) Unfollow(ctx context.Context, scopes ...string) error {
 func (w *watch) subscribe(ctx context.Context, ch string) error {
 	node := ""
 	cc, _ := w.c.client.(*goredis.ClusterClient)
-	if w.c.sharded {
+	if w.c.cluster {
 		master, err := cc.MasterForKey(ctx, ch)
 		if err != nil {
 			return err
@@ -200,11 +201,17 @@ func (w *watch) subscribe(ctx context.Context, ch string) error {
 		// The channel goes with the new subscription: a sharded one
 		// connects to the node that owns its first channel.
 		s = &sub{node: node, base: base, shared: confirm, leaving: make(map[string]int)}
-		if w.c.sharded {
+		var srv server
+		if srv, err = w.c.learn(ctx); err != nil {
+			return err
+		}
+		if s.sharded = srv.sharded; s.sharded {
 			// One SSUBSCRIBE takes channels of one slot.
 			s.ps = cc.SSubscribe(ctx, ch)
 			err = s.ps.SSubscribe(ctx, s.shared)
 		} else {
+			// On a Cluster, go-redis subscribes on the master of the
+			// first channel's slot: node.
 			s.ps = w.c.client.Subscribe(ctx, ch, s.shared)
 		}
 		if err != nil {
@@ -221,7 +228,7 @@ func (w *watch) subscribe(ctx context.Context, ch string) error {
 		w.wg.Add(1)
 		go w.read(s)
 		w.mu.Unlock()
-	case w.c.sharded:
+	case s.sharded:
 		err = s.ps.SSubscribe(ctx, ch)
 	default:
 		err = s.ps.Subscribe(ctx, ch)
@@ -279,7 +286,7 @@ func (w *watch) unsubscribe(ctx context.Context, ch string) error {
 	switch {
 	case s.closed:
 		return s.ps.Close()
-	case w.c.sharded:
+	case s.sharded:
 		return s.ps.SUnsubscribe(ctx, ch)
 	default:
 		return s.ps.Unsubscribe(ctx, ch)
