@@ -15,8 +15,12 @@ func (c *Coordinator) KeepCause(ctx context.Context, q coordinator.CauseRequest)
 	if err := coordinator.CheckCause(q.Cause); err != nil {
 		return false, opError("keep cause", q.Scope, err)
 	}
+	set, err := c.scriptSet(ctx)
+	if err != nil {
+		return false, opError("keep cause", q.Scope, err)
+	}
 	k := scopeKeys(c.prefix, q.Scope)
-	kept, err := c.scripts.cause.Run(ctx, c.client, []string{k[keyState], k[keyChannel]},
+	kept, err := set.cause.Run(ctx, c.client, []string{k[keyState], k[keyChannel]},
 		strconv.FormatUint(q.Generation, 10), int(q.State), q.Cause).Int()
 	if err != nil {
 		return false, opError("keep cause", q.Scope, err)
