@@ -7,9 +7,10 @@ package cbgrpc
 // out of probe slots, ramping, throttled, an outlier, or a scope last seen
 // open while the coordinator is unreachable) goes through and is counted
 // in cbgrpc.decisions with cbgrpc.decided_by = dry_run, marked with a
-// cbgrpc.dry_run event on the caller's span. Its outcome is not recorded: an enforcing Breaker would not have made the
-// call, so the window sees of a dry-run fleet what it would see of an
-// enforcing one. Probes are admitted and settled as always.
+// cbgrpc.dry_run event on the caller's span. Its outcome is not recorded:
+// an enforcing Breaker would not have made the call, so the window sees
+// of a dry-run fleet what it would see of an enforcing one. Probes are
+// admitted and settled as always.
 func WithDryRun() Option {
 	return optionFunc(func(c *config) { c.dryRun = true })
 }

@@ -458,7 +458,7 @@ func (b *Breaker) result(ctx context.Context, c call, d decision) (ticket, error
 	switch d.verdict {
 	case coordinator.Reject:
 		e := &OpenError{Scope: c.scope, State: d.state, RetryAfter: d.retryAfter, Reason: rejectReason(d.state)}
-		b.tel.rejected(ctx, c.method, wall(c.start), e, d.by, d.cause)
+		b.tel.rejected(ctx, c.method, c.start, e, d.by, d.cause)
 		return ticket{}, e
 	case coordinator.Probe:
 		return ticket{scope: c.scope, fate: probing, gen: d.gen, claim: d.claim, start: d.start, row: d.row}, nil

@@ -321,7 +321,7 @@ func (t *telemetry) rejected(ctx context.Context, method string, start time.Time
 	name, rpc := rpcAttrs(method)
 	_, span := t.tracer.Start(ctx, name,
 		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithTimestamp(start),
+		trace.WithTimestamp(wall(start)),
 		trace.WithLinks(links...),
 		trace.WithAttributes(rpc...),
 		trace.WithAttributes(attrRPCStatusCode.Int64(int64(codes.Unavailable))),
