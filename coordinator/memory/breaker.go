@@ -63,6 +63,11 @@ type breaker struct {
 	successes int              // probe successes in this half-open period
 	leases    map[string]int64 // claim -> deadline, only in half-open
 	window    map[int64]*bucket
+	// swept is where add last dropped the buckets that left the window,
+	// and summed the window's live sum there (sum.go): a Record reads both
+	// after every outcome.
+	swept  place
+	summed liveSum
 	// width and buckets are the layout the window was written with (see
 	// layout.go); 0 while nothing is written to it. laidAt is the start
 	// of the last bucket a Record of that layout counted in.
@@ -371,12 +376,17 @@ func (b *breaker) record(r *rules, now int64, q coordinator.RecordRequest) coord
 func (b *breaker) add(r *rules, now int64, o coordinator.Outcome) {
 	b.relay(r, now)
 	idx := now / r.width
-	gone := len(b.window) > 0
-	for i := range b.window {
-		if i <= idx-r.buckets {
-			delete(b.window, i)
-		} else {
-			gone = false
+	here := place{idx, r.width, r.buckets}
+	gone := false
+	if b.swept != here {
+		b.swept, gone = here, len(b.window) > 0
+		for i := range b.window {
+			if i <= idx-r.buckets {
+				delete(b.window, i)
+				b.summed.forget()
+			} else {
+				gone = false
+			}
 		}
 	}
 	if gone {
@@ -393,23 +403,25 @@ func (b *breaker) add(r *rules, now int64, o coordinator.Outcome) {
 		b.window[idx] = bk
 	}
 	b.expiresAt = r.keep(now)
-	if o.Throttled {
-		bk.throttled++
-		return
-	}
-	bk.calls++
-	if o.Failure {
-		bk.failures++
+	var one bucket
+	switch {
+	case o.Throttled:
+		one.throttled = 1
+	case o.Failure:
+		one.calls, one.failures = 1, 1
 		b.consec++
-	} else {
+	default:
+		one.calls = 1
 		if b.consec > 0 {
 			b.epoch++
 		}
 		b.consec = 0
 	}
-	if r.p.IsSlow(o.Duration) {
-		bk.slow++
+	if !o.Throttled && r.p.IsSlow(o.Duration) {
+		one.slow = 1
 	}
+	bk.plus(one)
+	b.summed.added(here, one)
 }
 
 // counts sums the live buckets of the window.
@@ -440,6 +452,7 @@ func (b *breaker) restart(state coordinator.State, now int64) {
 	b.openFor, b.openUntil, b.pushable = 0, 0, 0
 	b.consec, b.successes = 0, 0
 	b.window, b.leases = nil, nil
+	b.swept, b.summed = place{}, liveSum{}
 	b.width, b.buckets = 0, 0
 	// The replicas that record stay what they were: the breaker's state
 	// does not change them.

@@ -44,6 +44,7 @@ func (b *breaker) relay(r *rules, now int64) {
 	}
 	if b.width != 0 {
 		b.window = b.relaid(b.window, r, now)
+		b.swept, b.summed = place{}, liveSum{}
 		for _, t := range b.replicas {
 			t.window = b.relaid(t.window, r, now)
 		}
@@ -68,10 +69,7 @@ func (b *breaker) relaid(window map[int64]*bucket, r *rules, now int64) map[int6
 			sum = &bucket{}
 			into[j] = sum
 		}
-		sum.calls += bk.calls
-		sum.failures += bk.failures
-		sum.slow += bk.slow
-		sum.throttled += bk.throttled
+		sum.plus(*bk)
 	}
 	return into
 }
@@ -80,14 +78,15 @@ func (b *breaker) relaid(window map[int64]*bucket, r *rules, now int64) map[int6
 func (b *breaker) live(r *rules, now int64) bucket {
 	width, buckets := b.layout(r)
 	idx := now / width
+	if sum, ok := b.summed.at(place{idx, width, buckets}); ok {
+		return sum
+	}
 	var sum bucket
 	for i, bk := range b.window {
 		if i > idx-buckets && i <= idx {
-			sum.calls += bk.calls
-			sum.failures += bk.failures
-			sum.slow += bk.slow
-			sum.throttled += bk.throttled
+			sum.plus(*bk)
 		}
 	}
+	b.summed.keep(place{idx, width, buckets}, sum)
 	return sum
 }

@@ -361,6 +361,7 @@ func (b *breaker) isolate(t *tracked, r *rules, now int64, reason string) *coord
 			bk.slow = max(0, bk.slow-own.slow)
 		}
 	}
+	b.summed.forget()
 	if t.epoch == b.epoch {
 		b.consec = max(0, b.consec-t.run)
 	}
