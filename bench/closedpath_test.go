@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"runtime"
 	"testing"
 
 	"github.com/sony/gobreaker/v2"
@@ -21,7 +22,9 @@ import (
 // one goroutine (serial) and on GOMAXPROCS goroutines (parallel); the
 // ratio serial ns/op ÷ parallel ns/op is how the path scales, next to
 // that of independent work (a loop of arithmetic, no shared memory), the
-// most the machine gives.
+// most the machine gives. The serial runs also report cpu-ns/op: the CPU
+// time of the benchmark's own thread per call, which a loaded machine
+// changes far less than the wall time.
 //
 //	go test -run '^$' -bench ClosedPath -count 5 .
 func BenchmarkClosedPath(b *testing.B) {
@@ -72,10 +75,16 @@ func BenchmarkClosedPath(b *testing.B) {
 func paths(b *testing.B, op func() error) {
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		start := threadCPU()
 		for b.Loop() {
 			if err := op(); err != nil {
 				b.Fatal(err)
 			}
+		}
+		if used := threadCPU() - start; used > 0 {
+			b.ReportMetric(float64(used.Nanoseconds())/float64(b.N), "cpu-ns/op")
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {

@@ -20,6 +20,22 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// rusageThread is Linux's RUSAGE_THREAD, which package syscall does not
+// name.
+const rusageThread = 1
+
+// threadCPU is the CPU time the calling OS thread has used, user and
+// system, or 0 where the kernel does not tell: what a call costs its own
+// core, whatever else the machine runs meanwhile. The caller locks its
+// goroutine to the thread.
+func threadCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // userHZ is the unit of /proc/stat (USER_HZ), 100 on every Linux that Go
 // supports.
 const userHZ = 100
