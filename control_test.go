@@ -41,7 +41,7 @@ func TestBreakerIsolateAndRelease(t *testing.T) {
 	if !strings.Contains(reason, "alice") || !strings.Contains(reason, "INC-1") {
 		t.Errorf("span reason %q does not carry the operator's note", reason)
 	}
-	_, err = b.admit(ctx, call{scope: scope, method: testMethod})
+	_, err = admitCall(b, ctx, &call{scope: scope, method: testMethod})
 	var oe *OpenError
 	if !errors.As(err, &oe) || oe.State != coordinator.StateIsolated {
 		t.Fatalf("admission of an isolated scope: %v, want a rejection naming the isolation", err)
@@ -53,7 +53,7 @@ func TestBreakerIsolateAndRelease(t *testing.T) {
 	if len(tr.transitions(coordinator.StateIsolated, coordinator.StateClosed)) != 1 {
 		t.Error("no isolated->closed span")
 	}
-	if _, err := b.admit(ctx, call{scope: scope, method: testMethod}); err != nil {
+	if _, err := admitCall(b, ctx, &call{scope: scope, method: testMethod}); err != nil {
 		t.Errorf("admission after Release: %v", err)
 	}
 	if got := mt.sum(t, "cbgrpc.transitions"); got != 2 {

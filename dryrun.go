@@ -19,12 +19,13 @@ func WithDryRun() Option {
 // rejected (err, an [*OpenError]): a call that goes through and whose
 // outcome is not taken. Telemetry counted and marked it where it was
 // decided. Other results pass unchanged.
-func (b *Breaker) letThrough(t ticket, err error) (ticket, error) {
+func (b *Breaker) letThrough(t *ticket, err error) error {
 	if !b.cfg.dryRun || err == nil {
-		return t, err
+		return err
 	}
 	if _, ok := err.(*OpenError); !ok {
-		return t, err
+		return err
 	}
-	return ticket{fate: unprotected}, nil
+	*t = ticket{fate: unprotected}
+	return nil
 }

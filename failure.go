@@ -99,7 +99,7 @@ func (h *health) abandoned() { h.trying.Store(false) }
 // seen not closed is rejected, others follow the failure policy. There is
 // deliberately no local breaker to fall back on: it would be the
 // per-replica breaker the shared one replaces, at the worst moment.
-func (b *Breaker) decideWithout(ctx context.Context, c call, cause error) (ticket, error) {
+func (b *Breaker) decideWithout(ctx context.Context, c *call, cause error) (ticket, error) {
 	scope := c.scope
 	retry := b.health.backoffLeft()
 	var e *OpenError

@@ -338,7 +338,7 @@ func (panicCoordinator) Admit(context.Context, coordinator.AdmitRequest) (coordi
 func TestPanickingCoordinatorIsACoordinatorFailure(t *testing.T) {
 	mt := newMetrics()
 	b := newBreaker(t, panicCoordinator{}, WithCoordinatorFailure(FailClosed), WithMeterProvider(mt.mp))
-	_, err := b.admit(context.Background(), call{scope: "panics", method: testMethod})
+	_, err := admitCall(b, context.Background(), &call{scope: "panics", method: testMethod})
 	if !errors.Is(err, ErrOpen) {
 		t.Fatalf("admission over a panicking coordinator: %v, want a fail-closed rejection", err)
 	}
@@ -368,20 +368,20 @@ func TestCorruptScopeDoesNotBackOffOtherScopes(t *testing.T) {
 	cc := corruptCoordinator{testCoordinator: tc, bad: "broken"}
 	b := newBreaker(t, cc, WithCoordinatorFailure(FailClosed), WithCoordinatorBackoff(time.Hour))
 	ctx := context.Background()
-	if _, err := b.admit(ctx, call{scope: "broken", method: testMethod}); !errors.Is(err, ErrOpen) {
+	if _, err := admitCall(b, ctx, &call{scope: "broken", method: testMethod}); !errors.Is(err, ErrOpen) {
 		t.Fatalf("admission of the broken scope, fail-closed: %v, want ErrOpen", err)
 	}
 	if b.health.inBackoff() {
 		t.Fatal("one scope's broken data put the whole Breaker in back-off")
 	}
 	asked := tc.admits.Load()
-	if _, err := b.admit(ctx, call{scope: "healthy", method: testMethod}); err != nil {
+	if _, err := admitCall(b, ctx, &call{scope: "healthy", method: testMethod}); err != nil {
 		t.Fatalf("admission of a healthy scope: %v", err)
 	}
 	if tc.admits.Load() != asked+1 {
 		t.Error("the healthy scope was not decided by the coordinator")
 	}
-	if _, err := b.admit(ctx, call{scope: "broken", method: testMethod}); !errors.Is(err, ErrOpen) {
+	if _, err := admitCall(b, ctx, &call{scope: "broken", method: testMethod}); !errors.Is(err, ErrOpen) {
 		t.Errorf("the broken scope again: %v, want ErrOpen", err)
 	}
 	if got := tc.admits.Load() - asked; got != 2 {
@@ -441,12 +441,12 @@ func TestStaleClosedAnswerNeverErasesOpen(t *testing.T) {
 	b := newBreaker(t, hc, WithPolicy(p), WithCoordinatorTimeout(time.Hour), WithCoordinatorFailure(FailOpen))
 	ctx := context.Background()
 	const scope = "fencing/late-closed"
-	tk, err := b.admit(ctx, call{scope: scope, method: testMethod})
+	tk, err := admitCall(b, ctx, &call{scope: scope, method: testMethod})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hc.hold.Store(true)
-	b.finish(ctx, tk, "/m", nil)
+	b.finish(ctx, &tk, "/m", nil)
 	<-hc.held // computed: closed, in tk's generation
 
 	// Another replica trips the scope; this one learns it from its own
@@ -454,7 +454,7 @@ func TestStaleClosedAnswerNeverErasesOpen(t *testing.T) {
 	if res, _ := m.Record(ctx, coordinator.RecordRequest{Scope: scope, Policy: p, Outcomes: []coordinator.Outcome{{Generation: tk.gen, Failure: true}}}); res.State != open {
 		t.Fatalf("trip: %+v", res)
 	}
-	if _, err := b.admit(ctx, call{scope: scope, method: testMethod}); !errors.Is(err, ErrOpen) {
+	if _, err := admitCall(b, ctx, &call{scope: scope, method: testMethod}); !errors.Is(err, ErrOpen) {
 		t.Fatalf("admission after the trip: %v; want ErrOpen", err)
 	}
 	close(hc.release)
@@ -463,7 +463,7 @@ func TestStaleClosedAnswerNeverErasesOpen(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.decideWithout(ctx, call{scope: scope, method: testMethod, start: time.Now()}, errTransport); !errors.Is(err, ErrOpen) {
+	if _, err := b.decideWithout(ctx, &call{scope: scope, method: testMethod, start: time.Now()}, errTransport); !errors.Is(err, ErrOpen) {
 		t.Errorf("known-open scope with the coordinator down, after a late closed answer: %v; want ErrOpen", err)
 	}
 }
@@ -489,7 +489,7 @@ func TestFailClosedNeverBypassedAfterTheBackoff(t *testing.T) {
 	eventually(t, "the coordinator error", func() bool { return !b.health.trusted() })
 	eventually(t, "the back-off to end", func() bool { return !b.health.inBackoff() })
 	for i := range 20 {
-		if _, err := b.admit(ctx, call{scope: scope, method: testMethod}); !errors.Is(err, ErrOpen) {
+		if _, err := admitCall(b, ctx, &call{scope: scope, method: testMethod}); !errors.Is(err, ErrOpen) {
 			t.Fatalf("call %d after the back-off, coordinator still failing, fail-closed: %v; want ErrOpen", i, err)
 		}
 	}

@@ -107,11 +107,11 @@ func cached(b *Breaker, scope string) (fact, bool) {
 func admitN(t *testing.T, b *Breaker, scope string, n int) {
 	t.Helper()
 	for range n {
-		tk, err := b.admit(context.Background(), call{scope: scope, method: testMethod})
+		tk, err := admitCall(b, context.Background(), &call{scope: scope, method: testMethod})
 		if err != nil {
 			t.Fatalf("admit: %v", err)
 		}
-		b.finish(context.Background(), tk, "/m", nil)
+		b.finish(context.Background(), &tk, "/m", nil)
 	}
 }
 
@@ -143,17 +143,17 @@ func TestCacheHearsTripOfAnotherReplica(t *testing.T) {
 	}
 
 	// The other replica trips the scope; this one hears it on the feed.
-	tk, err := other.admit(context.Background(), call{scope: scope, method: testMethod})
+	tk, err := admitCall(other, context.Background(), &call{scope: scope, method: testMethod})
 	if err != nil {
 		t.Fatal(err)
 	}
-	other.finish(context.Background(), tk, "/m", errTransport)
+	other.finish(context.Background(), &tk, "/m", errTransport)
 	eventually(t, "the trip reaches the cache", func() bool {
 		e, ok := cached(b, scope)
 		return ok && e.state == coordinator.StateOpen
 	})
 	asked := fc.admits.Load()
-	_, err = b.admit(context.Background(), call{scope: scope, method: testMethod})
+	_, err = admitCall(b, context.Background(), &call{scope: scope, method: testMethod})
 	var oe *OpenError
 	if !errors.As(err, &oe) || oe.State != coordinator.StateOpen || oe.RetryAfter <= 0 {
 		t.Fatalf("admission after the trip: %v, want a local rejection with RetryAfter", err)
@@ -234,11 +234,11 @@ func TestCacheHalfOpenAlwaysAsks(t *testing.T) {
 	const scope = "cache/half-open"
 	admitN(t, b, scope, 1)
 	eventually(t, "the feed follows the scope", func() bool { return followed(b, scope) })
-	tk, err := b.admit(context.Background(), call{scope: scope, method: testMethod})
+	tk, err := admitCall(b, context.Background(), &call{scope: scope, method: testMethod})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.finish(context.Background(), tk, "/m", errTransport)
+	b.finish(context.Background(), &tk, "/m", errTransport)
 	eventually(t, "the trip reaches the cache", func() bool {
 		e, ok := cached(b, scope)
 		return ok && e.state == coordinator.StateOpen
@@ -248,7 +248,7 @@ func TestCacheHalfOpenAlwaysAsks(t *testing.T) {
 	eventually(t, "the cached open period ends", func() bool { _, ok := cached(b, scope); return !ok })
 	asked := fc.admits.Load()
 	for range 3 {
-		b.admit(context.Background(), call{scope: scope, method: testMethod})
+		admitCall(b, context.Background(), &call{scope: scope, method: testMethod})
 	}
 	if got := fc.admits.Load() - asked; got != 3 {
 		t.Errorf("3 admissions in half-open asked the coordinator %d times, want 3", got)
@@ -288,11 +288,11 @@ func TestCacheAsksAfterAFailure(t *testing.T) {
 		t.Fatal("closed scope not cached")
 	}
 	holding.Store(true)
-	tk, err := b.admit(context.Background(), call{scope: scope, method: testMethod})
+	tk, err := admitCall(b, context.Background(), &call{scope: scope, method: testMethod})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.finish(context.Background(), tk, "/m", errTransport)
+	b.finish(context.Background(), &tk, "/m", errTransport)
 	asked := fc.admits.Load()
 	admitN(t, b, scope, 1)
 	if fc.admits.Load() != asked+1 {
@@ -350,7 +350,7 @@ func TestCacheFollowsOperatorStates(t *testing.T) {
 	})
 	asked := fc.admits.Load()
 	for range 10 {
-		if _, err := b.admit(ctx, call{scope: scope, method: testMethod}); !errors.Is(err, ErrOpen) {
+		if _, err := admitCall(b, ctx, &call{scope: scope, method: testMethod}); !errors.Is(err, ErrOpen) {
 			t.Fatalf("admission of an isolated scope: %v, want ErrOpen", err)
 		}
 	}

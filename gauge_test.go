@@ -37,14 +37,14 @@ func TestStateGauge(t *testing.T) {
 	eventually(t, "open", func() bool { s, _ := gauge(); return s == open })
 
 	clk.Advance(p.OpenFor)
-	probe, err := b.admit(context.Background(), call{scope: scope, method: testMethod})
+	probe, err := admitCall(b, context.Background(), &call{scope: scope, method: testMethod})
 	if err != nil || probe.fate != probing {
 		t.Fatalf("probe: %+v, %v", probe, err)
 	}
 	if s, _ := gauge(); s != halfOpen {
 		t.Errorf("with a probe out: %v, want half-open", s)
 	}
-	b.finish(context.Background(), probe, testMethod, nil)
+	b.finish(context.Background(), &probe, testMethod, nil)
 	eventually(t, "closed", func() bool { s, _ := gauge(); return s == closed })
 
 	b.known.forget(time.Now().Add(2 * p.Window))
@@ -59,7 +59,7 @@ func TestStateGaugeOfOperatorStates(t *testing.T) {
 	b := newBreaker(t, memory.New(), WithMeterProvider(mt.mp))
 	ctx := context.Background()
 	// In use: the table keeps no row of an unused scope that admits calls.
-	b.admit(ctx, call{scope: "disabled", method: testMethod})
+	admitCall(b, ctx, &call{scope: "disabled", method: testMethod})
 	if _, err := b.Isolate(ctx, "isolated", coordinator.Note{Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}

@@ -377,3 +377,10 @@ func factOf(b *Breaker, scope string) *fact {
 	f, _ := b.known.use(scope, time.Now())
 	return f
 }
+
+// admitCall is admit as the tests read it: the ticket returned.
+func admitCall(b *Breaker, ctx context.Context, c *call) (ticket, error) {
+	var t ticket
+	err := b.admit(ctx, c, &t)
+	return t, err
+}

@@ -285,37 +285,38 @@ type call struct {
 	start time.Time // when its admission began
 }
 
-// admit decides whether a call of method, in scope, runs. A nil error
-// means it runs; otherwise the error is the call's result: a rejection
+// admit decides whether a call of method, in scope, runs, and writes
+// into t what to do with its outcome. A nil error means it runs; otherwise the error is the call's result: a rejection
 // ([*OpenError]) or the caller's own context error. It is the path of one
 // admission: what the table knows of the scope, the coordinator asked or
 // not, the decision shaped (ramp, throttle), and the result.
-func (b *Breaker) admit(ctx context.Context, c call) (ticket, error) {
+func (b *Breaker) admit(ctx context.Context, c *call, t *ticket) error {
 	if b.closed.Load() {
-		return ticket{}, nil
+		*t = ticket{}
+		return nil
 	}
 	c.start = b.clock.now()
 	f, row := b.known.useRow(c.row, c.scope, c.start)
 	var d decision
 	if b.cached(f, row, c.start) {
 		// Nothing to wait for nor to ask: no work Close waits for.
-		d = fromTable(c, f, row, b.known.policyIn(f))
+		fromTable(&d, c, f, row, b.known.policyIn(f))
 	} else {
-		var t ticket
 		var err error
 		var done bool
-		if d, t, err, done = b.consult(ctx, c, f, row); done {
-			return t, err
+		if d, *t, err, done = b.consult(ctx, c, f, row); done {
+			return err
 		}
 	}
-	if e, throttled := b.shape(ctx, c, d); e != nil {
+	if e, throttled := b.shape(ctx, c, &d); e != nil {
 		if throttled {
 			// Counted in the window as a throttled request (throttle.go).
 			b.rec.add(item{scope: c.scope, outcome: coordinator.Outcome{Generation: d.gen, Throttled: true}, at: b.rec.clock(time.Now())})
 		}
-		return ticket{}, e
+		*t = ticket{}
+		return e
 	}
-	return b.result(ctx, c, d)
+	return b.result(ctx, c, &d, t)
 }
 
 // decision is what decides an admitted or rejected call before it is
@@ -346,19 +347,18 @@ func (b *Breaker) cached(f *fact, row *known, now time.Time) bool {
 	return !f.outlier.of(f) && row.verdict.Load() == nil && b.health.trusted() && b.known.answers(f, now)
 }
 
-// fromTable is the decision of c from f, what the table knows, without a
-// round trip: the admission cache.
-func fromTable(c call, f *fact, row *known, pol *inForce) decision {
-	d := decision{by: byCache, state: f.state, gen: f.gen, start: c.start, policy: &pol.p, row: row}
+// fromTable writes into d the decision of c from f, what the table
+// knows, without a round trip: the admission cache.
+func fromTable(d *decision, c *call, f *fact, row *known, pol *inForce) {
+	*d = decision{by: byCache, state: f.state, gen: f.gen, start: c.start, policy: &pol.p, row: row}
 	if !admitsAll(f.state) {
 		d.verdict, d.retryAfter, d.cause = coordinator.Reject, f.until.Sub(c.start), f.cause
-		return d
+		return
 	}
 	d.verdict, d.window = coordinator.Allow, &f.window
 	if !f.rampEnd.IsZero() {
 		d.rampLeft, d.cause = f.rampEnd.Sub(c.start), f.cause
 	}
-	return d
 }
 
 // consult decides c when what the table knows (f, row) does not decide
@@ -366,7 +366,7 @@ func fromTable(c call, f *fact, row *known, pol *inForce) decision {
 // then decides by the table, an outlier's rules, the coordinator, or
 // without it. done reports that t and err are the call's result already;
 // otherwise d is the decision to shape.
-func (b *Breaker) consult(ctx context.Context, c call, f *fact, row *known) (d decision, t ticket, err error, done bool) {
+func (b *Breaker) consult(ctx context.Context, c *call, f *fact, row *known) (d decision, t ticket, err error, done bool) {
 	if !b.enter() {
 		return decision{}, ticket{}, nil, true
 	}
@@ -382,7 +382,8 @@ func (b *Breaker) consult(ctx context.Context, c call, f *fact, row *known) (d d
 	}
 	pol := b.known.policyIn(f)
 	if b.health.trusted() && b.known.answers(f, now) {
-		return fromTable(c, f, row, pol), ticket{}, nil, false
+		fromTable(&d, c, f, row, pol)
+		return d, ticket{}, nil, false
 	}
 	if !b.health.mayAsk() {
 		t, err := b.decideWithout(ctx, c, nil)
@@ -405,13 +406,14 @@ func (b *Breaker) consult(ctx context.Context, c call, f *fact, row *known) (d d
 
 // ask asks the coordinator to admit c, under pol, the policy f, what the
 // table knows of the scope, says.
-func (b *Breaker) ask(ctx context.Context, c call, f *fact, pol *inForce) (decision, error) {
+func (b *Breaker) ask(ctx context.Context, c *call, f *fact, pol *inForce) (decision, error) {
 	claim := b.ids.next()
+	scope := c.scope // not c: the closure would take the call to the heap
 	var d coordinator.Decision
-	_, err := b.roundTrip(ctx, exchange{op: "admit", scope: c.scope, timeout: b.cfg.timeout, wg: &b.admits, admission: true},
+	_, err := b.roundTrip(ctx, exchange{op: "admit", scope: scope, timeout: b.cfg.timeout, wg: &b.admits, admission: true},
 		func(ctx context.Context, seen uint64) (answer, error) {
 			var err error
-			d, err = b.c.Admit(ctx, coordinator.AdmitRequest{Scope: c.scope, Policy: pol.p, Claim: claim, Seen: seen})
+			d, err = b.c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: pol.p, Claim: claim, Seen: seen})
 			return decided(d), err
 		})
 	if err != nil {
@@ -436,7 +438,7 @@ func (b *Breaker) ask(ctx context.Context, c call, f *fact, pol *inForce) (decis
 // shape applies to a call admitted while closed the ramp after a
 // recovery, then adaptive throttling: either may reject it. throttled
 // reports that the throttle did, which counts in the window.
-func (b *Breaker) shape(ctx context.Context, c call, d decision) (e *OpenError, throttled bool) {
+func (b *Breaker) shape(ctx context.Context, c *call, d *decision) (e *OpenError, throttled bool) {
 	if d.verdict != coordinator.Allow || d.state != coordinator.StateClosed {
 		return nil, false
 	}
@@ -452,19 +454,23 @@ func (b *Breaker) shape(ctx context.Context, c call, d decision) (e *OpenError, 
 	return nil, false
 }
 
-// result is the ticket of a call decided by d, or its rejection.
-func (b *Breaker) result(ctx context.Context, c call, d decision) (ticket, error) {
+// result writes into t the ticket of a call decided by d, or returns its
+// rejection.
+func (b *Breaker) result(ctx context.Context, c *call, d *decision, t *ticket) error {
 	b.tel.decision(ctx, c.scope, c.method, d.verdict, d.by)
 	switch d.verdict {
 	case coordinator.Reject:
 		e := &OpenError{Scope: c.scope, State: d.state, RetryAfter: d.retryAfter, Reason: rejectReason(d.state)}
 		b.tel.rejected(ctx, c.method, c.start, e, d.by, d.cause)
-		return ticket{}, e
+		*t = ticket{}
+		return e
 	case coordinator.Probe:
-		return ticket{scope: c.scope, fate: probing, gen: d.gen, claim: d.claim, start: d.start, row: d.row}, nil
+		*t = ticket{scope: c.scope, fate: probing, gen: d.gen, claim: d.claim, start: d.start, row: d.row}
+		return nil
 	}
-	return ticket{scope: c.scope, fate: recorded, gen: d.gen, start: d.start, row: d.row,
-		untimed: d.policy.SlowCallDuration == 0}, nil
+	*t = ticket{scope: c.scope, fate: recorded, gen: d.gen, start: d.start, row: d.row,
+		untimed: d.policy.SlowCallDuration == 0}
+	return nil
 }
 
 func rejectReason(s coordinator.State) string {
@@ -480,7 +486,7 @@ func rejectReason(s coordinator.State) string {
 // finish classifies the end of an admitted call, hands its outcome to the
 // recorder, and returns its class (Ignore when it was not classified). It
 // never changes the call's result.
-func (b *Breaker) finish(ctx context.Context, t ticket, method string, err error) Class {
+func (b *Breaker) finish(ctx context.Context, t *ticket, method string, err error) Class {
 	if t.fate == unprotected {
 		return Ignore
 	}

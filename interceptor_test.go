@@ -64,7 +64,7 @@ func TestOutcomeOfAForgottenGenerationNeverCounts(t *testing.T) {
 			b := newBreaker(t, c, WithPolicy(p), WithAdmissionCache(0))
 			ctx := context.Background()
 			const scope = "fencing/forgotten"
-			long, err := b.admit(ctx, call{scope: scope, method: testMethod})
+			long, err := admitCall(b, ctx, &call{scope: scope, method: testMethod})
 			if err != nil || long.fate != recorded {
 				t.Fatalf("admission: %+v, %v", long, err)
 			}
@@ -74,7 +74,7 @@ func TestOutcomeOfAForgottenGenerationNeverCounts(t *testing.T) {
 				t.Fatalf("after an idle window: %+v; want the scope forgotten", s)
 			}
 
-			b.finish(ctx, long, "/m", errTransport)
+			b.finish(ctx, &long, "/m", errTransport)
 			var s coordinator.Snapshot
 			eventually(t, "the late outcome's Record to land", func() bool {
 				s, _ = c.Snapshot(ctx, scope, p)
@@ -144,7 +144,7 @@ func TestRecordAnswerSayingOpenRejectsLocally(t *testing.T) {
 	})
 	asked := fc.admits.Load()
 	for range 10 {
-		_, err := b.admit(context.Background(), call{scope: scope, method: testMethod})
+		_, err := admitCall(b, context.Background(), &call{scope: scope, method: testMethod})
 		var oe *OpenError
 		if !errors.As(err, &oe) || oe.RetryAfter <= 0 {
 			t.Fatalf("admission after the Record said open: %v; want a rejection with RetryAfter", err)
@@ -167,19 +167,19 @@ func TestRetryAfterIsTheOpenPeriodOfTheAnswer(t *testing.T) {
 	b := newBreaker(t, tc, WithPolicy(p), WithCoordinatorBackoff(time.Millisecond))
 	ctx := context.Background()
 	const scope = "fencing/retry-after"
-	tk, _ := b.admit(ctx, call{scope: scope, method: testMethod})
-	b.finish(ctx, tk, "/m", errTransport)
+	tk, _ := admitCall(b, ctx, &call{scope: scope, method: testMethod})
+	b.finish(ctx, &tk, "/m", errTransport)
 	eventually(t, "the trip", func() bool { return notClosed(b, scope) })
 	clk.Advance(p.OpenFor)
-	probe, err := b.admit(ctx, call{scope: scope, method: testMethod})
+	probe, err := admitCall(b, ctx, &call{scope: scope, method: testMethod})
 	if err != nil || probe.fate != probing {
 		t.Fatalf("probe: %+v, %v", probe, err)
 	}
-	b.finish(ctx, probe, "/m", errTransport)
+	b.finish(ctx, &probe, "/m", errTransport)
 	eventually(t, "the reopening", func() bool { f, _ := b.known.notClosed(scope); return f.state == open && f.gen > probe.gen })
 
 	tc.set(modeFail)
-	_, err = b.admit(ctx, call{scope: scope, method: testMethod})
+	_, err = admitCall(b, ctx, &call{scope: scope, method: testMethod})
 	var oe *OpenError
 	if !errors.As(err, &oe) {
 		t.Fatalf("admission after the reopening, coordinator down: %v; want a rejection", err)

@@ -87,11 +87,11 @@ func testOnTransitionSeesOwnFeedAndOperatorTransitions(t *testing.T, m coordinat
 		eventually(t, "the feed follows "+scope, func() bool { return followed(b, scope) })
 	}
 
-	tk, err := b.admit(ctx, call{scope: "own", method: testMethod})
+	tk, err := admitCall(b, ctx, &call{scope: "own", method: testMethod})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.finish(ctx, tk, testMethod, errTransport)
+	b.finish(ctx, &tk, testMethod, errTransport)
 	eventually(t, "this process's trip", func() bool { return log.count("own", open) > 0 })
 
 	// Another replica trips "fleet": this process hears of it on the feed,

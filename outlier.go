@@ -47,7 +47,7 @@ func outlierOf(a answer, now time.Time) outlierFact {
 // admitOutlier decides a call of a scope where this replica is an outlier
 // (f.outlier): rejected while its period lasts, then one call at a time
 // as its probe. ok is false when f says it is none.
-func (b *Breaker) admitOutlier(ctx context.Context, c call, f *fact) (t ticket, err error, ok bool) {
+func (b *Breaker) admitOutlier(ctx context.Context, c *call, f *fact) (t ticket, err error, ok bool) {
 	o := f.outlier
 	if !o.of(f) {
 		return ticket{}, nil, false
@@ -63,7 +63,7 @@ func (b *Breaker) admitOutlier(ctx context.Context, c call, f *fact) (t ticket, 
 	return ticket{scope: c.scope, fate: recorded, gen: f.gen, start: c.start, urgent: true}, nil, true
 }
 
-func (b *Breaker) rejectOutlier(ctx context.Context, c call, o outlierFact, retry time.Duration, reason string) error {
+func (b *Breaker) rejectOutlier(ctx context.Context, c *call, o outlierFact, retry time.Duration, reason string) error {
 	b.tel.decision(ctx, c.scope, c.method, coordinator.Reject, byOutlier)
 	e := &OpenError{Scope: c.scope, State: coordinator.StateOpen, RetryAfter: retry, Reason: reason, Outlier: true}
 	b.tel.rejected(ctx, c.method, c.start, e, byOutlier, o.cause)

@@ -50,11 +50,11 @@ func (ts *transitions) find(f func(coordinator.Transition) bool) (coordinator.Tr
 // admission's error.
 func callOnce(b *Breaker, scope string, err error) error {
 	ctx := context.Background()
-	tk, aerr := b.admit(ctx, call{scope: scope, method: testMethod})
+	tk, aerr := admitCall(b, ctx, &call{scope: scope, method: testMethod})
 	if aerr != nil {
 		return aerr
 	}
-	b.finish(ctx, tk, testMethod, err)
+	b.finish(ctx, &tk, testMethod, err)
 	return nil
 }
 
@@ -171,16 +171,16 @@ func TestOutlierProbesAloneAfterItsPeriod(t *testing.T) {
 		return time.Now().After(until)
 	})
 	ctx := context.Background()
-	probe, err := bad.admit(ctx, call{scope: scope, method: testMethod})
+	probe, err := admitCall(bad, ctx, &call{scope: scope, method: testMethod})
 	if err != nil || !probe.urgent {
 		t.Fatalf("the first call after the period: %+v, %v; want the probe", probe, err)
 	}
 	var oe *OpenError
-	if _, err := bad.admit(ctx, call{scope: scope, method: testMethod}); !errors.As(err, &oe) || !oe.Outlier || !strings.Contains(oe.Reason, "its probe is out") {
+	if _, err := admitCall(bad, ctx, &call{scope: scope, method: testMethod}); !errors.As(err, &oe) || !oe.Outlier || !strings.Contains(oe.Reason, "its probe is out") {
 		t.Fatalf("a call while the probe is out: %v; want rejected, the probe being out", err)
 	}
 	records := tc.records.Load()
-	bad.finish(ctx, probe, testMethod, nil)
+	bad.finish(ctx, &probe, testMethod, nil)
 	eventually(t, "the probe's outcome, sent at once", func() bool { return tc.records.Load() > records })
 	eventually(t, "the spell's end", func() bool { return !factOf(bad, scope).outlier.of(factOf(bad, scope)) })
 	for range 3 {

@@ -73,11 +73,11 @@ func TestSharedPolicyApplies(t *testing.T) {
 				ctx := context.Background()
 				scope, other := "shared/"+t.Name(), "shared/other/"+t.Name()
 				call := func(scope string, fail error) error {
-					tk, err := b.admit(ctx, call{scope: scope, method: testMethod})
+					tk, err := admitCall(b, ctx, &call{scope: scope, method: testMethod})
 					if err != nil {
 						return err
 					}
-					b.finish(ctx, tk, testMethod, fail)
+					b.finish(ctx, &tk, testMethod, fail)
 					return nil
 				}
 				for _, s := range []string{scope, other} {
@@ -197,11 +197,11 @@ func TestSharedPolicyLeavesOutWhatBreaksTheCode(t *testing.T) {
 	code.MaxOpenFor = 10 * time.Second
 	b.Store(newBreaker(t, c, WithPolicy(code)))
 	ctx := context.Background()
-	tk, err := b.Load().admit(ctx, call{scope: "fragile", method: testMethod})
+	tk, err := admitCall(b.Load(), ctx, &call{scope: "fragile", method: testMethod})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.Load().finish(ctx, tk, testMethod, nil)
+	b.Load().finish(ctx, &tk, testMethod, nil)
 	set(t, c, coordinator.ScopeTarget("fragile"), "OpenFor=30s") // fine under DefaultPolicy's 60s
 	set(t, c, coordinator.FleetDefault, "MinCalls=7")
 	want := code
@@ -223,8 +223,8 @@ func TestSharedPolicyLeavesOutWhatBreaksTheCode(t *testing.T) {
 		}
 		// A call's answer carries the policy's version too: the change
 		// is learned by the feed or by it, whichever comes first.
-		if tk, err := b.Load().admit(ctx, call{scope: "fragile", method: testMethod}); err == nil {
-			b.Load().finish(ctx, tk, testMethod, nil)
+		if tk, err := admitCall(b.Load(), ctx, &call{scope: "fragile", method: testMethod}); err == nil {
+			b.Load().finish(ctx, &tk, testMethod, nil)
 		}
 		time.Sleep(10 * time.Millisecond)
 		return false

@@ -84,11 +84,11 @@ func TestCalmScopeReportsLessOften(t *testing.T) {
 	ctx := context.Background()
 	calls := func(n int, err error) {
 		for range n {
-			tk, aerr := b.admit(ctx, call{scope: "paced", method: testMethod})
+			tk, aerr := admitCall(b, ctx, &call{scope: "paced", method: testMethod})
 			if aerr != nil {
 				t.Fatal(aerr)
 			}
-			b.finish(ctx, tk, testMethod, err)
+			b.finish(ctx, &tk, testMethod, err)
 		}
 	}
 	// successesFor calls with success every 2ms for d and returns how many

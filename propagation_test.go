@@ -40,7 +40,7 @@ func BenchmarkTripPropagation(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer br.Close()
-		br.admit(ctx, call{scope: scope, method: testMethod})
+		admitCall(br, ctx, &call{scope: scope, method: testMethod})
 		breakers = append(breakers, br)
 	}
 	for _, br := range breakers {

@@ -33,7 +33,7 @@ func rampShare(left, rampFor time.Duration) float64 {
 // (Decision.RampLeft, a recovery heard on the feed), so the fleet ramps in
 // step. A rejection links to cause, the span of the recovery. It returns
 // the rejection, or nil to admit.
-func (b *Breaker) ramping(ctx context.Context, c call, left time.Duration, p *coordinator.Policy, cause trace.SpanContext) *OpenError {
+func (b *Breaker) ramping(ctx context.Context, c *call, left time.Duration, p *coordinator.Policy, cause trace.SpanContext) *OpenError {
 	rampFor := p.RampFor
 	if left <= 0 || rampFor <= 0 {
 		return nil

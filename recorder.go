@@ -37,6 +37,18 @@ type item struct {
 	// verdict, when set, is released once the Record carrying the outcome
 	// has returned, or the outcome was dropped (verdict.go).
 	verdict *verdict
+	// more is how many equal outcomes followed this one in its shard,
+	// merged into it (waiting.go): the successes of a closed scope cost
+	// an increment, not an item each.
+	more int
+}
+
+// plain reports whether it is an outcome that nothing but its count
+// tells apart from the next equal one: untimed, untraced, no probe's,
+// waiting for no verdict and not urgent.
+func (it *item) plain() bool {
+	return it.claim == "" && it.verdict == nil && !it.urgent && !it.caller.IsValid() &&
+		!it.outcome.Failure && it.outcome.Duration == 0
 }
 
 // batch is what the recorder holds for one scope.
@@ -196,10 +208,13 @@ func (r *recorder) take(it item) {
 		bt = &batch{}
 		r.batches[it.scope] = bt
 	}
-	if len(bt.outcomes) >= r.b.cfg.queueSize {
-		r.b.tel.drop(it.scope, dropQueueFull, 1)
-		it.verdict.release()
-		return
+	n := 1 + it.more
+	if room := r.b.cfg.queueSize - len(bt.outcomes); n > room {
+		r.b.tel.drop(it.scope, dropQueueFull, n-max(room, 0))
+		if n = room; n <= 0 {
+			it.verdict.release()
+			return
+		}
 	}
 	if len(bt.outcomes) == 0 {
 		bt.since = time.Now()
@@ -207,12 +222,16 @@ func (r *recorder) take(it item) {
 	if it.caller.IsValid() && bt.callers == nil {
 		bt.callers = make([]trace.SpanContext, len(bt.outcomes), cap(bt.outcomes))
 	}
-	bt.outcomes = append(bt.outcomes, it.outcome)
+	for range n {
+		bt.outcomes = append(bt.outcomes, it.outcome)
+	}
 	if it.verdict != nil {
 		bt.verdicts = append(bt.verdicts, heldVerdict{v: it.verdict, at: len(bt.outcomes) - 1})
 	}
 	if bt.callers != nil {
-		bt.callers = append(bt.callers, it.caller)
+		for range n {
+			bt.callers = append(bt.callers, it.caller)
+		}
 	}
 	if it.outcome.Failure || it.urgent {
 		bt.urgent = true

@@ -113,11 +113,11 @@ func TestBusyScopeSendsFullBatches(t *testing.T) {
 	ctx := context.Background()
 	const n = 20000
 	for i := range n {
-		t, err := b.admit(ctx, call{scope: "busy", method: "/s/M"})
+		t, err := admitCall(b, ctx, &call{scope: "busy", method: "/s/M"})
 		if err != nil {
 			panic(err)
 		}
-		b.finish(ctx, t, "/s/M", nil)
+		b.finish(ctx, &t, "/s/M", nil)
 		// The recorder's goroutine gets its turn five times a queue: on a
 		// loaded CI machine one turn a half queue once came too late, and
 		// the queue, bounded by design, dropped one outcome.
@@ -150,29 +150,81 @@ func TestBusyScopeSendsFullBatches(t *testing.T) {
 }
 
 // TestQueueFullDrops: outcomes beyond the queue are dropped and counted,
+// one by one also when equal successes waited as one run (waiting.go),
 // and the calls are not slowed down.
 func TestQueueFullDrops(t *testing.T) {
-	_, tc := memoryWith(t, coordinatortest.NewClock())
-	gate := make(chan struct{})
-	tc.recordHook = func() { <-gate }
-	mt := newMetrics()
-	b := newBreaker(t, tc, WithPolicy(quietPolicy()), WithQueueSize(4), WithMeterProvider(mt.mp), WithCoordinatorTimeout(time.Minute))
-	svc := &service{}
-	svc.setErr(status.Error(codes.Unavailable, "down"))
-	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, svc), b))
-	for range 30 {
-		client.EmptyCall(context.Background(), &testpb.Empty{})
+	for _, tc := range []struct {
+		name         string
+		queue, calls int
+		fail         bool
+	}{
+		{"failures", 4, 30, true},
+		// A larger queue lets runs form in the shards before the loop
+		// takes them.
+		{"runs of successes", 64, 300, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, co := memoryWith(t, coordinatortest.NewClock())
+			gate := make(chan struct{})
+			co.recordHook = func() { <-gate }
+			mt := newMetrics()
+			b := newBreaker(t, co, WithPolicy(quietPolicy()), WithQueueSize(tc.queue), WithMeterProvider(mt.mp), WithCoordinatorTimeout(time.Minute))
+			svc := &service{}
+			if tc.fail {
+				svc.setErr(status.Error(codes.Unavailable, "down"))
+			}
+			client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, svc), b))
+			for range tc.calls {
+				client.EmptyCall(context.Background(), &testpb.Empty{})
+			}
+			close(gate)
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			dropped := mt.sum(t, "cbgrpc.outcomes.dropped", attrReason.String(dropQueueFull))
+			if dropped == 0 {
+				t.Errorf("no outcome dropped with a queue of %d and the coordinator stuck", tc.queue)
+			}
+			if got := co.recorded.Load() + dropped; got != int64(tc.calls) {
+				t.Errorf("recorded %d + dropped %d = %d, want %d", co.recorded.Load(), dropped, got, tc.calls)
+			}
+		})
 	}
-	close(gate)
+}
+
+// TestRunsOfSuccessesKeepOrderAndCount: equal successes wait as one run
+// (waiting.go), but the coordinator hears every outcome, in the order the
+// calls ended, and a run beyond the queue is dropped and counted outcome
+// by outcome.
+func TestRunsOfSuccessesKeepOrderAndCount(t *testing.T) {
+	_, tc := memoryWith(t, coordinatortest.NewClock())
+	b := newBreaker(t, tc, WithPolicy(quietPolicy()), WithRecordInterval(time.Hour))
+	svc := &service{}
+	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, svc), b))
+	var want []bool // failures, in order
+	for _, run := range []struct {
+		fail bool
+		n    int
+	}{{false, 5}, {true, 1}, {false, 3}, {true, 2}, {false, 40}, {true, 1}} {
+		if run.fail {
+			svc.setErr(status.Error(codes.Unavailable, "down"))
+		} else {
+			svc.setErr(nil)
+		}
+		for range run.n {
+			client.EmptyCall(context.Background(), &testpb.Empty{})
+			want = append(want, run.fail)
+		}
+	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	dropped := mt.sum(t, "cbgrpc.outcomes.dropped", attrReason.String(dropQueueFull))
-	if dropped == 0 {
-		t.Error("no outcome dropped with a queue of 4 and the coordinator stuck")
+	var got []bool
+	for _, o := range tc.outcomes() {
+		got = append(got, o.Failure)
 	}
-	if got := tc.recorded.Load() + dropped; got != 30 {
-		t.Errorf("recorded %d + dropped %d = %d, want 30", tc.recorded.Load(), dropped, got)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the coordinator heard\n%v\nwant\n%v", got, want)
 	}
 }
 
@@ -239,7 +291,7 @@ func TestOutcomeRacingCloseIsNeverLost(t *testing.T) {
 	mt := newMetrics()
 	b := newBreaker(t, tc, WithPolicy(quietPolicy()), WithRecordInterval(time.Hour), WithMeterProvider(mt.mp))
 	ctx := context.Background()
-	tk, err := b.admit(ctx, call{scope: "close/race", method: testMethod})
+	tk, err := admitCall(b, ctx, &call{scope: "close/race", method: testMethod})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +306,7 @@ func TestOutcomeRacingCloseIsNeverLost(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { testHookRecorderAdd = nil })
-	b.finish(ctx, tk, "/m", nil)
+	b.finish(ctx, &tk, "/m", nil)
 	testHookRecorderAdd = nil
 	if err := <-closed; err != nil {
 		t.Fatal(err)
@@ -378,7 +430,7 @@ func TestABurstOverManyScopesKeepsItsOutcomes(t *testing.T) {
 	const n = 1000
 	tickets := make([]ticket, n)
 	for i := range tickets {
-		tk, err := b.admit(ctx, call{scope: fmt.Sprintf("burst-%d", i), method: "/s/M"})
+		tk, err := admitCall(b, ctx, &call{scope: fmt.Sprintf("burst-%d", i), method: "/s/M"})
 		if err != nil || tk.fate != recorded {
 			t.Fatalf("admission %d: %+v, %v; want it admitted by the coordinator", i, tk, err)
 		}
@@ -387,7 +439,7 @@ func TestABurstOverManyScopesKeepsItsOutcomes(t *testing.T) {
 	fail := status.Error(codes.Unavailable, "down")
 	var wg sync.WaitGroup
 	for _, tk := range tickets {
-		wg.Go(func() { b.finish(ctx, tk, "/s/M", fail) })
+		wg.Go(func() { b.finish(ctx, &tk, "/s/M", fail) })
 	}
 	wg.Wait()
 	eventually(t, "every failure recorded", func() bool { return tc.recorded.Load() >= n })

@@ -219,12 +219,12 @@ func TestRedisMemoryBoundedByScopesInUse(t *testing.T) {
 					if i > perWave {
 						return
 					}
-					tk, err := b.admit(ctx, call{scope: fmt.Sprintf("scale/%d/%d", wave, i), method: testMethod})
+					tk, err := admitCall(b, ctx, &call{scope: fmt.Sprintf("scale/%d/%d", wave, i), method: testMethod})
 					if err != nil {
 						t.Errorf("wave %d, scope %d: %v", wave, i, err)
 						return
 					}
-					b.finish(ctx, tk, "/m", nil)
+					b.finish(ctx, &tk, "/m", nil)
 				}
 			}()
 		}
@@ -493,11 +493,11 @@ func TestRedisForeignMessageKeepsTheFeed(t *testing.T) {
 	if err := admin.Publish(ctx, channels[0], "\x9b2J not a transition").Err(); err != nil {
 		t.Fatal(err)
 	}
-	tk, err := other.admit(ctx, call{scope: scope, method: testMethod})
+	tk, err := admitCall(other, ctx, &call{scope: scope, method: testMethod})
 	if err != nil {
 		t.Fatal(err)
 	}
-	other.finish(ctx, tk, "/m", errTransport)
+	other.finish(ctx, &tk, "/m", errTransport)
 	eventually(t, "the trip reaches the table", func() bool {
 		e, ok := cached(b, scope)
 		return ok && e.state == coordinator.StateOpen

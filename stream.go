@@ -47,8 +47,8 @@ func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
 		if c.scope == "" {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
-		t, err := b.letThrough(b.admit(ctx, c))
-		if err != nil {
+		var t ticket
+		if err := b.letThrough(&t, b.admit(ctx, &c, &t)); err != nil {
 			return nil, err
 		}
 		if t.fate == unprotected {
@@ -80,7 +80,7 @@ type streamEnd struct {
 }
 
 func (e *streamEnd) done(err error) {
-	e.once.Do(func() { e.b.finish(e.ctx, e.t, e.method, err) })
+	e.once.Do(func() { e.b.finish(e.ctx, &e.t, e.method, err) })
 }
 
 // statusRead takes the stream's status as RecvMsg returned it, with its

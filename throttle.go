@@ -48,7 +48,7 @@ func throttleShare(p coordinator.Policy, w window) float64 {
 // in the window as a throttled request (never a call); nil admits it.
 // Each call draws on its own from math/rand/v2's generator, which needs
 // no lock.
-func (b *Breaker) throttling(ctx context.Context, c call, w window, p *coordinator.Policy) *OpenError {
+func (b *Breaker) throttling(ctx context.Context, c *call, w window, p *coordinator.Policy) *OpenError {
 	share := throttleShare(*p, w)
 	if share == 0 || rand.Float64() >= share {
 		return nil

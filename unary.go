@@ -44,14 +44,14 @@ func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		if c.scope == "" {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
-		t, err := b.letThrough(b.admit(ctx, c))
-		if err != nil {
+		var t ticket
+		if err := b.letThrough(&t, b.admit(ctx, &c, &t)); err != nil {
 			return b.rejected(ctx, method, req, reply, err)
 		}
 		t.classifier = c.classifier
 		if b.cfg.pushback == nil {
 			err = invoker(ctx, method, req, reply, cc, opts...)
-			return b.failed(ctx, method, req, reply, err, b.finish(ctx, t, method, err))
+			return b.failed(ctx, method, req, reply, err, b.finish(ctx, &t, method, err))
 		}
 		// Apart: the trailer, whose address gRPC takes, is an allocation.
 		var trailer metadata.MD
@@ -59,7 +59,7 @@ func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		// spare capacity.
 		opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
 		err = invoker(ctx, method, req, reply, cc, opts...)
-		class := b.finish(ctx, t, method, err)
+		class := b.finish(ctx, &t, method, err)
 		b.pushedBack(ctx, t, method, err, trailer)
 		return b.failed(ctx, method, req, reply, err, class)
 	}

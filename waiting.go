@@ -66,6 +66,17 @@ func (r *recorder) add(it item) {
 		// coordinator has yet to hear this replica in it.
 		it.urgent = it.urgent || r.b.known.introduce(it.scope)
 	}
+	if l := len(*list); l > 0 && it.plain() && (*list)[l-1].plain() && (*list)[l-1].outcome == it.outcome {
+		// One more of a run: the loop takes it as many outcomes.
+		last := &(*list)[l-1]
+		last.more++
+		full := last.more%r.kickAt == 0
+		s.mu.Unlock()
+		if full {
+			r.wake()
+		}
+		return
+	}
 	if len(*list) >= r.b.cfg.queueSize {
 		s.mu.Unlock()
 		r.b.tel.drop(it.scope, dropQueueFull, 1)
@@ -76,10 +87,15 @@ func (r *recorder) add(it item) {
 	now := it.claim != "" || it.outcome.Failure || it.urgent || len(*list) >= r.kickAt
 	s.mu.Unlock()
 	if now {
-		select {
-		case r.kick <- struct{}{}:
-		default:
-		}
+		r.wake()
+	}
+}
+
+// wake tells the loop that something waiting must go now.
+func (r *recorder) wake() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
 	}
 }
 
