@@ -92,7 +92,8 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 	}
 	b.ids.prefix = newIDPrefix()
 	b.notify = newNotifier(cfg.onTransition)
-	b.rec = newRecorder(b)
+	b.rec = newRecorder(recording{queueSize: cfg.queueSize, recordInterval: cfg.recordInterval, timeout: cfg.timeout,
+		replica: cfg.replica, c: c, exchange: b.roundTrip, batchID: b.ids.next, tel: tel, known: known, health: &b.health})
 	ctx, stop := context.WithCancel(context.Background())
 	b.stop = stop
 	b.goBackground(func() { b.forgetIdle(ctx) })

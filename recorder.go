@@ -93,7 +93,7 @@ type recordDone struct {
 // Nothing is retried beyond the one retry of a transport error: an outcome
 // that cannot be delivered is dropped and counted.
 type recorder struct {
-	b *Breaker
+	in recording
 	// smu is held while stop closes the shards.
 	smu  sync.Mutex
 	done chan recordDone // a Record returned
@@ -130,9 +130,24 @@ type recorder struct {
 	merged []item
 }
 
-func newRecorder(b *Breaker) *recorder {
+// recording is what the recorder needs of its Breaker, and no more.
+type recording struct {
+	queueSize      int           // WithQueueSize
+	recordInterval time.Duration // WithRecordInterval
+	timeout        time.Duration // WithCoordinatorTimeout
+	replica        string        // the replica ID Records carry
+	c              coordinator.Coordinator
+	// exchange makes one round trip to the coordinator (roundtrip.go).
+	exchange func(ctx context.Context, x exchange, f func(ctx context.Context, seen uint64) (answer, error)) (answer, error)
+	batchID  func() string
+	tel      *telemetry // counts the outcomes dropped
+	known    *knowledge // the policy of a scope; whether the coordinator heard this replica in it
+	health   *health    // whether the coordinator is in back-off
+}
+
+func newRecorder(in recording) *recorder {
 	r := &recorder{
-		b:       b,
+		in:      in,
 		done:    make(chan recordDone),
 		quit:    make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -165,7 +180,7 @@ var testHookRecorderAdd func()
 func (r *recorder) loop() {
 	defer r.wg.Done()
 	defer close(r.stopped)
-	tick := time.NewTicker(r.b.cfg.recordInterval)
+	tick := time.NewTicker(r.in.recordInterval)
 	defer tick.Stop()
 	for {
 		select {
@@ -181,7 +196,7 @@ func (r *recorder) loop() {
 				case len(bt.outcomes) > 0:
 					// since is the tick that took the oldest, which
 					// waited up to an interval before it.
-					if bt.calmFor == 0 || now.Sub(bt.since)+r.b.cfg.recordInterval >= bt.calmFor {
+					if bt.calmFor == 0 || now.Sub(bt.since)+r.in.recordInterval >= bt.calmFor {
 						r.send(scope, bt)
 					}
 				default:
@@ -209,8 +224,8 @@ func (r *recorder) take(it item) {
 		r.batches[it.scope] = bt
 	}
 	n := 1 + it.more
-	if room := r.b.cfg.queueSize - len(bt.outcomes); n > room {
-		r.b.tel.drop(it.scope, dropQueueFull, n-max(room, 0))
+	if room := r.in.queueSize - len(bt.outcomes); n > room {
+		r.in.tel.drop(it.scope, dropQueueFull, n-max(room, 0))
 		if n = room; n <= 0 {
 			it.verdict.release()
 			return
@@ -255,7 +270,7 @@ func (r *recorder) full(bt *batch) bool {
 // holds for a scope when that is less, so that sending starts well before
 // outcomes are dropped.
 func (r *recorder) fullAt() int {
-	return min(maxBatch, max(r.b.cfg.queueSize/2, 1))
+	return min(maxBatch, max(r.in.queueSize/2, 1))
 }
 
 func (r *recorder) returned(rec recordDone) {
@@ -349,33 +364,33 @@ func (r *recorder) send(scope string, bt *batch) {
 // record sends one batch and returns, if the answer left the scope calm
 // (pace.go), how long its successes may wait; 0 if not calm.
 func (r *recorder) record(scope string, outcomes []coordinator.Outcome, callers []trace.SpanContext) time.Duration {
-	b := r.b
-	if b.health.inBackoff() {
-		b.tel.drop(scope, dropBackoff, len(outcomes))
+	in := r.in
+	if in.health.inBackoff() {
+		in.tel.drop(scope, dropBackoff, len(outcomes))
 		return 0
 	}
 	// The same ID on the retry: a Record that did land before its answer
 	// was lost then counts once.
-	pol := b.known.policyOf(scope)
-	q := coordinator.RecordRequest{Scope: scope, Policy: pol.p, Outcomes: outcomes, Replica: b.cfg.replica, BatchID: b.ids.next(), Source: pol.src}
+	pol := in.known.policyOf(scope)
+	q := coordinator.RecordRequest{Scope: scope, Policy: pol.p, Outcomes: outcomes, Replica: in.replica, BatchID: in.batchID(), Source: pol.src}
 	cause := func(a answer) (trace.SpanContext, []trace.Link) {
 		return blame(outcomes, callers, a, pol.p)
 	}
-	a, err := b.roundTrip(context.Background(), exchange{op: "record", scope: scope, timeout: b.cfg.timeout, wg: &r.wg, cause: cause},
+	a, err := in.exchange(context.Background(), exchange{op: "record", scope: scope, timeout: in.timeout, wg: &r.wg, cause: cause},
 		func(ctx context.Context, seen uint64) (answer, error) {
 			q := q // each attempt's own: an abandoned one may still read it
 			q.Seen = seen
-			res, err := b.c.Record(ctx, q)
+			res, err := in.c.Record(ctx, q)
 			return recordedAnswer(res), err
 		})
 	if err != nil {
-		b.tel.drop(scope, dropCoordinator, len(outcomes))
+		in.tel.drop(scope, dropCoordinator, len(outcomes))
 		return 0
 	}
 	if !calm(pol.p, a) {
 		return 0
 	}
-	return calmInterval(b.cfg.recordInterval, pol.p)
+	return calmInterval(in.recordInterval, pol.p)
 }
 
 // settle reports a probe's outcome, in its own goroutine: probes are few
@@ -387,21 +402,21 @@ func (r *recorder) settle(it item) {
 	go func() {
 		defer r.wg.Done()
 		defer it.verdict.release()
-		b := r.b
-		if b.health.inBackoff() {
-			b.tel.drop(it.scope, dropBackoff, 1)
+		in := r.in
+		if in.health.inBackoff() {
+			in.tel.drop(it.scope, dropBackoff, 1)
 			return
 		}
 		// The probe causes what its settlement does: a transition span is
 		// the probe call's child.
 		probe := func(answer) (trace.SpanContext, []trace.Link) { return it.caller, nil }
-		_, err := b.roundTrip(context.Background(), exchange{op: "settle", scope: it.scope, timeout: b.cfg.timeout, wg: &r.wg, cause: probe},
+		_, err := in.exchange(context.Background(), exchange{op: "settle", scope: it.scope, timeout: in.timeout, wg: &r.wg, cause: probe},
 			func(ctx context.Context, seen uint64) (answer, error) {
-				res, err := b.c.Settle(ctx, coordinator.SettleRequest{Scope: it.scope, Policy: b.known.policyOf(it.scope).p, Claim: it.claim, Outcome: it.outcome, Seen: seen})
+				res, err := in.c.Settle(ctx, coordinator.SettleRequest{Scope: it.scope, Policy: in.known.policyOf(it.scope).p, Claim: it.claim, Outcome: it.outcome, Seen: seen})
 				return resulted(res), err
 			})
 		if err != nil {
-			b.tel.drop(it.scope, dropCoordinator, 1)
+			in.tel.drop(it.scope, dropCoordinator, 1)
 		}
 	}()
 }
@@ -444,7 +459,7 @@ func (r *recorder) flush() {
 		case <-timer.C:
 			for scope, bt := range r.batches {
 				if n := len(bt.outcomes); n > 0 {
-					r.b.tel.drop(scope, dropClosed, n)
+					r.in.tel.drop(scope, dropClosed, n)
 				}
 				for _, h := range bt.verdicts {
 					h.v.release()

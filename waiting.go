@@ -47,7 +47,7 @@ func (r *recorder) add(it item) {
 	defer r.local.Put(of)
 	if s.closed {
 		s.mu.Unlock()
-		r.b.tel.drop(it.scope, dropClosed, 1)
+		r.in.tel.drop(it.scope, dropClosed, 1)
 		it.verdict.release()
 		return
 	}
@@ -64,7 +64,7 @@ func (r *recorder) add(it item) {
 		s.waiting[it.scope] = list
 		// At most once an interval a scope and shard: whether the
 		// coordinator has yet to hear this replica in it.
-		it.urgent = it.urgent || r.b.known.introduce(it.scope)
+		it.urgent = it.urgent || r.in.known.introduce(it.scope)
 	}
 	if l := len(*list); l > 0 && it.plain() && (*list)[l-1].plain() && (*list)[l-1].outcome == it.outcome {
 		// One more of a run: the loop takes it as many outcomes.
@@ -77,9 +77,9 @@ func (r *recorder) add(it item) {
 		}
 		return
 	}
-	if len(*list) >= r.b.cfg.queueSize {
+	if len(*list) >= r.in.queueSize {
 		s.mu.Unlock()
-		r.b.tel.drop(it.scope, dropQueueFull, 1)
+		r.in.tel.drop(it.scope, dropQueueFull, 1)
 		it.verdict.release()
 		return
 	}
