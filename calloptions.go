@@ -116,7 +116,7 @@ func (b *Breaker) route(ctx context.Context, target, method string, opts []grpc.
 	case r.excluded:
 		return call{}, nil
 	case r.scope != "":
-		c.scope, c.row = r.scope, &r.row
+		c.scope, c.slot = r.scope, &r.row
 		return c, nil
 	}
 	scope, err := b.safeScopeOf(ctx, target, method)

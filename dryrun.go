@@ -15,17 +15,16 @@ func WithDryRun() Option {
 	return optionFunc(func(c *config) { c.dryRun = true })
 }
 
-// letThrough is, for a dry run, the ticket of a call its admission
-// rejected (err, an [*OpenError]): a call that goes through and whose
-// outcome is not taken. Telemetry counted and marked it where it was
+// letThrough makes, for a dry run, a call c its admission rejected (err,
+// an [*OpenError]) one that goes through and whose outcome is not taken. Telemetry counted and marked it where it was
 // decided. Other results pass unchanged.
-func (b *Breaker) letThrough(t *ticket, err error) error {
+func (b *Breaker) letThrough(c *call, err error) error {
 	if !b.cfg.dryRun || err == nil {
 		return err
 	}
 	if _, ok := err.(*OpenError); !ok {
 		return err
 	}
-	*t = ticket{fate: unprotected}
+	c.fate = unprotected
 	return nil
 }

@@ -99,7 +99,7 @@ func (h *health) abandoned() { h.trying.Store(false) }
 // seen not closed is rejected, others follow the failure policy. There is
 // deliberately no local breaker to fall back on: it would be the
 // per-replica breaker the shared one replaces, at the worst moment.
-func (b *Breaker) decideWithout(ctx context.Context, c *call, cause error) (ticket, error) {
+func (b *Breaker) decideWithout(ctx context.Context, c *call, cause error) error {
 	scope := c.scope
 	retry := b.health.backoffLeft()
 	var e *OpenError
@@ -127,7 +127,8 @@ func (b *Breaker) decideWithout(ctx context.Context, c *call, cause error) (tick
 	coordinatorFailure(ctx, scope, verdict, by, b.cfg.failure, cause)
 	if e != nil {
 		b.tel.rejected(ctx, c.method, c.start, e, by, link)
-		return ticket{}, e
+		return e
 	}
-	return ticket{scope: scope, fate: unadmitted}, nil
+	c.fate = unadmitted
+	return nil
 }

@@ -446,7 +446,7 @@ func TestStaleClosedAnswerNeverErasesOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	hc.hold.Store(true)
-	b.finish(ctx, &tk, "/m", nil)
+	b.finish(ctx, tk, nil)
 	<-hc.held // computed: closed, in tk's generation
 
 	// Another replica trips the scope; this one learns it from its own
@@ -463,7 +463,7 @@ func TestStaleClosedAnswerNeverErasesOpen(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.decideWithout(ctx, &call{scope: scope, method: testMethod, start: time.Now()}, errTransport); !errors.Is(err, ErrOpen) {
+	if err := b.decideWithout(ctx, &call{scope: scope, method: testMethod, start: time.Now()}, errTransport); !errors.Is(err, ErrOpen) {
 		t.Errorf("known-open scope with the coordinator down, after a late closed answer: %v; want ErrOpen", err)
 	}
 }

@@ -111,7 +111,7 @@ func admitN(t *testing.T, b *Breaker, scope string, n int) {
 		if err != nil {
 			t.Fatalf("admit: %v", err)
 		}
-		b.finish(context.Background(), &tk, "/m", nil)
+		b.finish(context.Background(), tk, nil)
 	}
 }
 
@@ -147,7 +147,7 @@ func TestCacheHearsTripOfAnotherReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other.finish(context.Background(), &tk, "/m", errTransport)
+	other.finish(context.Background(), tk, errTransport)
 	eventually(t, "the trip reaches the cache", func() bool {
 		e, ok := cached(b, scope)
 		return ok && e.state == coordinator.StateOpen
@@ -238,7 +238,7 @@ func TestCacheHalfOpenAlwaysAsks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.finish(context.Background(), &tk, "/m", errTransport)
+	b.finish(context.Background(), tk, errTransport)
 	eventually(t, "the trip reaches the cache", func() bool {
 		e, ok := cached(b, scope)
 		return ok && e.state == coordinator.StateOpen
@@ -292,7 +292,7 @@ func TestCacheAsksAfterAFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.finish(context.Background(), &tk, "/m", errTransport)
+	b.finish(context.Background(), tk, errTransport)
 	asked := fc.admits.Load()
 	admitN(t, b, scope, 1)
 	if fc.admits.Load() != asked+1 {

@@ -44,7 +44,7 @@ func TestStateGauge(t *testing.T) {
 	if s, _ := gauge(); s != halfOpen {
 		t.Errorf("with a probe out: %v, want half-open", s)
 	}
-	b.finish(context.Background(), &probe, testMethod, nil)
+	b.finish(context.Background(), probe, nil)
 	eventually(t, "closed", func() bool { s, _ := gauge(); return s == closed })
 
 	b.known.forget(time.Now().Add(2 * p.Window))

@@ -255,49 +255,48 @@ const (
 	unadmitted
 )
 
-// ticket is an admitted call: what to do with its outcome.
-type ticket struct {
-	scope string
-	fate  fate
-	gen   uint64
-	claim string
-	start time.Time
-	// classifier is the call's own (CallClassifier); nil: the Breaker's.
-	classifier Classifier
-	// urgent: the outcome goes to the coordinator at once (an outlier's
-	// probe, outlier.go).
-	urgent bool
-	// row is the scope's row of the table when the call was admitted
-	// (nil: none), whose run of failures a success ends (verdict.go).
-	row *known
-	// untimed: the policy admitted under counts no slow calls, so the
-	// call's duration is not read (a clock read saved on every call).
-	untimed bool
-}
-
-// call is a protected call on its way through the pipeline.
+// call is a protected call on its way through the pipeline: what its
+// route says of it, then what its admission decided to do with its
+// outcome. It lives on the caller's stack, passed by address.
 type call struct {
 	scope      string
 	method     string     // the full method: "/pkg.Service/Method"
 	classifier Classifier // the call's own (CallClassifier); nil: the Breaker's
-	// row, when set, is where the call's route keeps the scope's row of
+	// slot, when set, is where the call's route keeps the scope's row of
 	// the table (route.go).
-	row   *atomic.Pointer[known]
-	start time.Time // when its admission began
+	slot *atomic.Pointer[known]
+	// start is when its admission began, then, once admitted, when its
+	// duration counts from.
+	start time.Time
+
+	// Set by admit.
+	fate  fate
+	gen   uint64 // the generation admitted under
+	claim string // a probe's
+	// urgent: the outcome goes to the coordinator at once (an outlier's
+	// probe, outlier.go).
+	urgent bool
+	// untimed: the policy admitted under counts no slow calls, so the
+	// call's duration is not read (a clock read saved on every call).
+	untimed bool
+	// row is the scope's row of the table when the call was admitted
+	// (nil: none), whose run of failures a success ends (verdict.go).
+	row *known
 }
 
-// admit decides whether a call of method, in scope, runs, and writes
-// into t what to do with its outcome. A nil error means it runs; otherwise the error is the call's result: a rejection
+// admit decides whether c runs, and notes in c what becomes of its
+// outcome (fate). A nil error means it runs; otherwise the error is the
+// call's result: a rejection
 // ([*OpenError]) or the caller's own context error. It is the path of one
 // admission: what the table knows of the scope, the coordinator asked or
 // not, the decision shaped (ramp, throttle), and the result.
-func (b *Breaker) admit(ctx context.Context, c *call, t *ticket) error {
+func (b *Breaker) admit(ctx context.Context, c *call) error {
 	if b.closed.Load() {
-		*t = ticket{}
+		c.fate = unprotected
 		return nil
 	}
 	c.start = b.clock.now()
-	f, row := b.known.useRow(c.row, c.scope, c.start)
+	f, row := b.known.useRow(c.slot, c.scope, c.start)
 	var d decision
 	if b.cached(f, row, c.start) {
 		// Nothing to wait for nor to ask: no work Close waits for.
@@ -305,7 +304,7 @@ func (b *Breaker) admit(ctx context.Context, c *call, t *ticket) error {
 	} else {
 		var err error
 		var done bool
-		if d, *t, err, done = b.consult(ctx, c, f, row); done {
+		if d, err, done = b.consult(ctx, c, f, row); done {
 			return err
 		}
 	}
@@ -314,10 +313,9 @@ func (b *Breaker) admit(ctx context.Context, c *call, t *ticket) error {
 			// Counted in the window as a throttled request (throttle.go).
 			b.rec.add(item{scope: c.scope, outcome: coordinator.Outcome{Generation: d.gen, Throttled: true}, at: b.rec.clock(time.Now())})
 		}
-		*t = ticket{}
 		return e
 	}
-	return b.result(ctx, c, &d, t)
+	return b.result(ctx, c, &d)
 }
 
 // decision is what decides an admitted or rejected call before it is
@@ -365,11 +363,12 @@ func fromTable(d *decision, c *call, f *fact, row *known, pol *inForce) {
 // consult decides c when what the table knows (f, row) does not decide
 // it alone: it waits for the verdict pending in the scope, if any, and
 // then decides by the table, an outlier's rules, the coordinator, or
-// without it. done reports that t and err are the call's result already;
-// otherwise d is the decision to shape.
-func (b *Breaker) consult(ctx context.Context, c *call, f *fact, row *known) (d decision, t ticket, err error, done bool) {
+// without it. done reports that err is the call's result already, and
+// c notes its fate; otherwise d is the decision to shape.
+func (b *Breaker) consult(ctx context.Context, c *call, f *fact, row *known) (d decision, err error, done bool) {
 	if !b.enter() {
-		return decision{}, ticket{}, nil, true
+		c.fate = unprotected
+		return decision{}, nil, true
 	}
 	defer b.admits.Done()
 	now := c.start
@@ -377,32 +376,32 @@ func (b *Breaker) consult(ctx context.Context, c *call, f *fact, row *known) (d 
 		now = time.Now()
 		f, row = b.known.use(c.scope, now)
 	}
-	if t, err, ok := b.admitOutlier(ctx, c, f); ok {
-		t.row = row
-		return decision{}, t, err, true
+	if err, ok := b.admitOutlier(ctx, c, f); ok {
+		c.row = row
+		return decision{}, err, true
 	}
 	pol := b.known.policyIn(f)
 	if b.health.trusted() && b.known.answers(f, now) {
 		fromTable(&d, c, f, row, pol)
-		return d, ticket{}, nil, false
+		return d, nil, false
 	}
 	if !b.health.mayAsk() {
-		t, err := b.decideWithout(ctx, c, nil)
-		t.row = row
-		return decision{}, t, err, true
+		err := b.decideWithout(ctx, c, nil)
+		c.row = row
+		return decision{}, err, true
 	}
 	d, err = b.ask(ctx, c, f, pol)
 	if err != nil {
 		if ctx.Err() != nil {
 			// The caller gave up: its call would have failed the same way.
-			return decision{}, ticket{}, status.FromContextError(ctx.Err()).Err(), true
+			return decision{}, status.FromContextError(ctx.Err()).Err(), true
 		}
-		t, err := b.decideWithout(ctx, c, err)
-		t.row = row
-		return decision{}, t, err, true
+		err := b.decideWithout(ctx, c, err)
+		c.row = row
+		return decision{}, err, true
 	}
 	d.row = row
-	return d, ticket{}, nil, false
+	return d, nil, false
 }
 
 // ask asks the coordinator to admit c, under pol, the policy f, what the
@@ -455,22 +454,21 @@ func (b *Breaker) shape(ctx context.Context, c *call, d *decision) (e *OpenError
 	return nil, false
 }
 
-// result writes into t the ticket of a call decided by d, or returns its
+// result notes in c the fate of a call d admits, or returns its
 // rejection.
-func (b *Breaker) result(ctx context.Context, c *call, d *decision, t *ticket) error {
+func (b *Breaker) result(ctx context.Context, c *call, d *decision) error {
 	b.tel.decision(ctx, c.scope, c.method, d.verdict, d.by)
 	switch d.verdict {
 	case coordinator.Reject:
 		e := &OpenError{Scope: c.scope, State: d.state, RetryAfter: d.retryAfter, Reason: rejectReason(d.state)}
 		b.tel.rejected(ctx, c.method, c.start, e, d.by, d.cause)
-		*t = ticket{}
 		return e
 	case coordinator.Probe:
-		*t = ticket{scope: c.scope, fate: probing, gen: d.gen, claim: d.claim, start: d.start, row: d.row}
-		return nil
+		c.fate, c.claim = probing, d.claim
+	default:
+		c.fate, c.untimed = recorded, d.policy.SlowCallDuration == 0
 	}
-	*t = ticket{scope: c.scope, fate: recorded, gen: d.gen, start: d.start, row: d.row,
-		untimed: d.policy.SlowCallDuration == 0}
+	c.gen, c.start, c.row = d.gen, d.start, d.row
 	return nil
 }
 
@@ -487,35 +485,35 @@ func rejectReason(s coordinator.State) string {
 // finish classifies the end of an admitted call, hands its outcome to the
 // recorder, and returns its class (Ignore when it was not classified). It
 // never changes the call's result.
-func (b *Breaker) finish(ctx context.Context, t *ticket, method string, err error) Class {
-	if t.fate == unprotected {
+func (b *Breaker) finish(ctx context.Context, c *call, err error) Class {
+	if c.fate == unprotected {
 		return Ignore
 	}
 	var d time.Duration
-	if !t.untimed {
-		d = time.Since(t.start) // one clock read; time.Now takes two
+	if !c.untimed {
+		d = time.Since(c.start) // one clock read; time.Now takes two
 	}
 	class := Ignore
 	// Our own rejection (from another Breaker further down the chain) says
 	// nothing about the dependency.
 	if !errors.Is(err, ErrOpen) {
-		class = b.classify(ctx, t.classifier, method, err)
+		class = b.classify(ctx, c.classifier, c.method, err)
 	}
 	switch {
 	case class == Ignore:
 		// An ignored probe is not settled: its lease frees the slot.
 		return class
-	case t.fate == unadmitted:
-		b.tel.drop(t.scope, dropUnadmitted, 1)
+	case c.fate == unadmitted:
+		b.tel.drop(c.scope, dropUnadmitted, 1)
 		return class
 	}
 	it := item{
-		scope:   t.scope,
-		outcome: coordinator.Outcome{Generation: t.gen, Failure: class == Failure, Duration: d},
-		at:      b.rec.clock(t.start) + d,
+		scope:   c.scope,
+		outcome: coordinator.Outcome{Generation: c.gen, Failure: class == Failure, Duration: d},
+		at:      b.rec.clock(c.start) + d,
 
 		caller: trace.SpanContextFromContext(ctx),
-		urgent: t.urgent,
+		urgent: c.urgent,
 	}
 	if class == Failure {
 		// A failure seen here may be the start of a trip: until the
@@ -523,12 +521,12 @@ func (b *Breaker) finish(ctx context.Context, t *ticket, method string, err erro
 		// that a failing dependency is not fed from the table while the
 		// news of the trip travels; and it may make this replica's run
 		// long enough to wait for a verdict (verdict.go).
-		it.verdict = b.known.failed(t.scope)
+		it.verdict = b.known.failed(c.scope)
 	} else {
-		t.row.succeeded()
+		c.row.succeeded()
 	}
-	if t.fate == probing {
-		it.claim = t.claim
+	if c.fate == probing {
+		it.claim = c.claim
 	}
 	b.rec.add(it)
 	return class

@@ -74,7 +74,7 @@ func TestOutcomeOfAForgottenGenerationNeverCounts(t *testing.T) {
 				t.Fatalf("after an idle window: %+v; want the scope forgotten", s)
 			}
 
-			b.finish(ctx, &long, "/m", errTransport)
+			b.finish(ctx, long, errTransport)
 			var s coordinator.Snapshot
 			eventually(t, "the late outcome's Record to land", func() bool {
 				s, _ = c.Snapshot(ctx, scope, p)
@@ -168,14 +168,14 @@ func TestRetryAfterIsTheOpenPeriodOfTheAnswer(t *testing.T) {
 	ctx := context.Background()
 	const scope = "fencing/retry-after"
 	tk, _ := admitCall(b, ctx, &call{scope: scope, method: testMethod})
-	b.finish(ctx, &tk, "/m", errTransport)
+	b.finish(ctx, tk, errTransport)
 	eventually(t, "the trip", func() bool { return notClosed(b, scope) })
 	clk.Advance(p.OpenFor)
 	probe, err := admitCall(b, ctx, &call{scope: scope, method: testMethod})
 	if err != nil || probe.fate != probing {
 		t.Fatalf("probe: %+v, %v", probe, err)
 	}
-	b.finish(ctx, &probe, "/m", errTransport)
+	b.finish(ctx, probe, errTransport)
 	eventually(t, "the reopening", func() bool { f, _ := b.known.notClosed(scope); return f.state == open && f.gen > probe.gen })
 
 	tc.set(modeFail)

@@ -91,7 +91,7 @@ func testOnTransitionSeesOwnFeedAndOperatorTransitions(t *testing.T, m coordinat
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.finish(ctx, &tk, testMethod, errTransport)
+	b.finish(ctx, tk, errTransport)
 	eventually(t, "this process's trip", func() bool { return log.count("own", open) > 0 })
 
 	// Another replica trips "fleet": this process hears of it on the feed,

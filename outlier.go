@@ -46,21 +46,22 @@ func outlierOf(a answer, now time.Time) outlierFact {
 
 // admitOutlier decides a call of a scope where this replica is an outlier
 // (f.outlier): rejected while its period lasts, then one call at a time
-// as its probe. ok is false when f says it is none.
-func (b *Breaker) admitOutlier(ctx context.Context, c *call, f *fact) (t ticket, err error, ok bool) {
+// as its probe, which c notes. ok is false when f says it is none.
+func (b *Breaker) admitOutlier(ctx context.Context, c *call, f *fact) (err error, ok bool) {
 	o := f.outlier
 	if !o.of(f) {
-		return ticket{}, nil, false
+		return nil, false
 	}
 	if c.start.Before(o.until) {
-		return ticket{}, b.rejectOutlier(ctx, c, o, o.until.Sub(c.start), "this replica alone is failing ("+o.reason+")"), true
+		return b.rejectOutlier(ctx, c, o, o.until.Sub(c.start), "this replica alone is failing ("+o.reason+")"), true
 	}
 	lease := b.known.policyIn(f).p.ProbeLease
 	if !b.known.probeOutlier(c.scope, f.gen, c.start, lease) {
-		return ticket{}, b.rejectOutlier(ctx, c, o, 0, "this replica alone is failing ("+o.reason+"); its probe is out"), true
+		return b.rejectOutlier(ctx, c, o, 0, "this replica alone is failing ("+o.reason+"); its probe is out"), true
 	}
 	b.tel.decision(ctx, c.scope, c.method, coordinator.Probe, byOutlier)
-	return ticket{scope: c.scope, fate: recorded, gen: f.gen, start: c.start, urgent: true}, nil, true
+	c.fate, c.gen, c.urgent = recorded, f.gen, true
+	return nil, true
 }
 
 func (b *Breaker) rejectOutlier(ctx context.Context, c *call, o outlierFact, retry time.Duration, reason string) error {

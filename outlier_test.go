@@ -54,7 +54,7 @@ func callOnce(b *Breaker, scope string, err error) error {
 	if aerr != nil {
 		return aerr
 	}
-	b.finish(ctx, &tk, testMethod, err)
+	b.finish(ctx, tk, err)
 	return nil
 }
 
@@ -180,7 +180,7 @@ func TestOutlierProbesAloneAfterItsPeriod(t *testing.T) {
 		t.Fatalf("a call while the probe is out: %v; want rejected, the probe being out", err)
 	}
 	records := tc.records.Load()
-	bad.finish(ctx, &probe, testMethod, nil)
+	bad.finish(ctx, probe, nil)
 	eventually(t, "the probe's outcome, sent at once", func() bool { return tc.records.Load() > records })
 	eventually(t, "the spell's end", func() bool { return !factOf(bad, scope).outlier.of(factOf(bad, scope)) })
 	for range 3 {

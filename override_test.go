@@ -77,7 +77,7 @@ func TestSharedPolicyApplies(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					b.finish(ctx, &tk, testMethod, fail)
+					b.finish(ctx, tk, fail)
 					return nil
 				}
 				for _, s := range []string{scope, other} {
@@ -201,7 +201,7 @@ func TestSharedPolicyLeavesOutWhatBreaksTheCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.Load().finish(ctx, &tk, testMethod, nil)
+	b.Load().finish(ctx, tk, nil)
 	set(t, c, coordinator.ScopeTarget("fragile"), "OpenFor=30s") // fine under DefaultPolicy's 60s
 	set(t, c, coordinator.FleetDefault, "MinCalls=7")
 	want := code
@@ -224,7 +224,7 @@ func TestSharedPolicyLeavesOutWhatBreaksTheCode(t *testing.T) {
 		// A call's answer carries the policy's version too: the change
 		// is learned by the feed or by it, whichever comes first.
 		if tk, err := admitCall(b.Load(), ctx, &call{scope: "fragile", method: testMethod}); err == nil {
-			b.Load().finish(ctx, &tk, testMethod, nil)
+			b.Load().finish(ctx, tk, nil)
 		}
 		time.Sleep(10 * time.Millisecond)
 		return false

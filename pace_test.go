@@ -88,7 +88,7 @@ func TestCalmScopeReportsLessOften(t *testing.T) {
 			if aerr != nil {
 				t.Fatal(aerr)
 			}
-			b.finish(ctx, &tk, testMethod, err)
+			b.finish(ctx, tk, err)
 		}
 	}
 	// successesFor calls with success every 2ms for d and returns how many

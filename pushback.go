@@ -139,40 +139,40 @@ func (r *pushbackRule) validate() error {
 // the open period to the server's (coordinator.Pusher). A burst of
 // pushbacks answered to this process's calls makes one round trip per
 // scope at a time, and none once one of their generation has landed.
-func (b *Breaker) pushedBack(ctx context.Context, t ticket, method string, err error, trailer metadata.MD) {
-	if b.cfg.pushback == nil || err == nil || (t.fate != recorded && t.fate != probing) {
+func (b *Breaker) pushedBack(ctx context.Context, c call, err error, trailer metadata.MD) {
+	if b.cfg.pushback == nil || err == nil || (c.fate != recorded && c.fate != probing) {
 		return
 	}
 	st, _ := status.FromError(err)
-	if !b.cfg.pushback.applies(method, st.Code()) {
+	if !b.cfg.pushback.applies(c.method, st.Code()) {
 		return
 	}
 	period, reason, ok := pushbackOf(st, trailer)
 	if !ok {
 		return
 	}
-	if f, known := b.known.notClosed(t.scope); known && (f.gen > t.gen && b.known.pushed(t.scope, t.gen) || f.state != coordinator.StateHalfOpen && f.gen == t.gen) {
+	if f, known := b.known.notClosed(c.scope); known && (f.gen > c.gen && b.known.pushed(c.scope, c.gen) || f.state != coordinator.StateHalfOpen && f.gen == c.gen) {
 		return
 	}
-	if _, busy := b.pushing.LoadOrStore(t.scope, struct{}{}); busy {
+	if _, busy := b.pushing.LoadOrStore(c.scope, struct{}{}); busy {
 		return
 	}
 	if !b.enter() {
-		b.pushing.Delete(t.scope)
+		b.pushing.Delete(c.scope)
 		return
 	}
 	pusher := b.c.(coordinator.Pusher)
 	go func() {
 		defer b.admits.Done()
-		defer b.pushing.Delete(t.scope)
+		defer b.pushing.Delete(c.scope)
 		// The transition belongs in the trace of the call that got the
 		// answer, which has returned by now.
 		ctx := context.WithoutCancel(ctx)
-		b.roundTrip(ctx, exchange{op: "push", scope: t.scope, timeout: pushTimeout, wg: &b.admits},
+		b.roundTrip(ctx, exchange{op: "push", scope: c.scope, timeout: pushTimeout, wg: &b.admits},
 			func(ctx context.Context, seen uint64) (answer, error) {
-				res, err := pusher.Push(ctx, coordinator.PushRequest{Scope: t.scope, Policy: b.known.policyOf(t.scope).p, Generation: t.gen, Period: period, Reason: reason, Seen: seen})
+				res, err := pusher.Push(ctx, coordinator.PushRequest{Scope: c.scope, Policy: b.known.policyOf(c.scope).p, Generation: c.gen, Period: period, Reason: reason, Seen: seen})
 				if err == nil {
-					b.known.pushDone(t.scope, t.gen)
+					b.known.pushDone(c.scope, c.gen)
 				}
 				return resulted(res), err
 			})

@@ -117,7 +117,7 @@ func TestBusyScopeSendsFullBatches(t *testing.T) {
 		if err != nil {
 			panic(err)
 		}
-		b.finish(ctx, &t, "/s/M", nil)
+		b.finish(ctx, t, nil)
 		// The recorder's goroutine gets its turn five times a queue: on a
 		// loaded CI machine one turn a half queue once came too late, and
 		// the queue, bounded by design, dropped one outcome.
@@ -306,7 +306,7 @@ func TestOutcomeRacingCloseIsNeverLost(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { testHookRecorderAdd = nil })
-	b.finish(ctx, &tk, "/m", nil)
+	b.finish(ctx, tk, nil)
 	testHookRecorderAdd = nil
 	if err := <-closed; err != nil {
 		t.Fatal(err)
@@ -428,7 +428,7 @@ func TestABurstOverManyScopesKeepsItsOutcomes(t *testing.T) {
 	b := newBreaker(t, tc, WithMeterProvider(mt.mp))
 	ctx := context.Background()
 	const n = 1000
-	tickets := make([]ticket, n)
+	tickets := make([]*call, n)
 	for i := range tickets {
 		tk, err := admitCall(b, ctx, &call{scope: fmt.Sprintf("burst-%d", i), method: "/s/M"})
 		if err != nil || tk.fate != recorded {
@@ -439,7 +439,7 @@ func TestABurstOverManyScopesKeepsItsOutcomes(t *testing.T) {
 	fail := status.Error(codes.Unavailable, "down")
 	var wg sync.WaitGroup
 	for _, tk := range tickets {
-		wg.Go(func() { b.finish(ctx, &tk, "/s/M", fail) })
+		wg.Go(func() { b.finish(ctx, tk, fail) })
 	}
 	wg.Wait()
 	eventually(t, "every failure recorded", func() bool { return tc.recorded.Load() >= n })

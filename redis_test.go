@@ -224,7 +224,7 @@ func TestRedisMemoryBoundedByScopesInUse(t *testing.T) {
 						t.Errorf("wave %d, scope %d: %v", wave, i, err)
 						return
 					}
-					b.finish(ctx, &tk, "/m", nil)
+					b.finish(ctx, tk, nil)
 				}
 			}()
 		}
@@ -497,7 +497,7 @@ func TestRedisForeignMessageKeepsTheFeed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other.finish(ctx, &tk, "/m", errTransport)
+	other.finish(ctx, tk, errTransport)
 	eventually(t, "the trip reaches the table", func() bool {
 		e, ok := cached(b, scope)
 		return ok && e.state == coordinator.StateOpen

@@ -12,7 +12,7 @@ import (
 func TestRouteKeepsTheScopeOfABuiltInScopeFunc(t *testing.T) {
 	b := newBreaker(t, memory.New(), WithScope(ScopeByService))
 	c, err := b.route(context.Background(), "dns:///users", "/users.v1.Users/Get", nil)
-	if err != nil || c.scope != "dns:///users/users.v1.Users" || c.row == nil {
+	if err != nil || c.scope != "dns:///users/users.v1.Users" || c.slot == nil {
 		t.Fatalf("route = %+v, %v; want the service's scope and a row kept by the route", c, err)
 	}
 	if c, _ := b.route(context.Background(), "dns:///users", "/grpc.health.v1.Health/Check", nil); c.scope != "" {
@@ -31,7 +31,7 @@ func TestRouteRunsAScopeFuncOfItsOwnForEachCall(t *testing.T) {
 	for _, tenant := range []string{"a", "b"} {
 		ctx := context.WithValue(context.Background(), scopeKey{}, tenant)
 		c, err := b.route(ctx, "t", "/s/M", nil)
-		if err != nil || c.scope != tenant+"/s/M" || c.row != nil {
+		if err != nil || c.scope != tenant+"/s/M" || c.slot != nil {
 			t.Fatalf("tenant %s: route = %+v, %v; want its own scope, found each call", tenant, c, err)
 		}
 	}
@@ -40,15 +40,15 @@ func TestRouteRunsAScopeFuncOfItsOwnForEachCall(t *testing.T) {
 func TestRouteFindsTheRowAgainOnceTheTableForgotIt(t *testing.T) {
 	b := newBreaker(t, memory.New())
 	c, _ := b.route(context.Background(), "t", "/s/M", nil)
-	_, first := b.known.useRow(c.row, c.scope, time.Now())
-	if c.row.Load() != first {
+	_, first := b.known.useRow(c.slot, c.scope, time.Now())
+	if c.slot.Load() != first {
 		t.Fatal("the route does not keep the row it found")
 	}
 	if n := b.known.forget(time.Now().Add(2 * b.known.idle)); n != 1 {
 		t.Fatalf("forget dropped %d rows, want 1", n)
 	}
-	_, again := b.known.useRow(c.row, c.scope, time.Now())
-	if again == first || c.row.Load() != again {
+	_, again := b.known.useRow(c.slot, c.scope, time.Now())
+	if again == first || c.slot.Load() != again {
 		t.Fatal("after the table forgot the scope, the route still serves the dropped row")
 	}
 	if v, ok := b.known.index.Load(c.scope); !ok || v.(*known) != again {

@@ -47,15 +47,13 @@ func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
 		if c.scope == "" {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
-		var t ticket
-		if err := b.letThrough(&t, b.admit(ctx, &c, &t)); err != nil {
+		if err := b.letThrough(&c, b.admit(ctx, &c)); err != nil {
 			return nil, err
 		}
-		if t.fate == unprotected {
+		if c.fate == unprotected {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
-		t.classifier = c.classifier
-		end := &streamEnd{b: b, ctx: ctx, t: t, method: method}
+		end := &streamEnd{b: b, ctx: ctx, c: c}
 		// gRPC calls OnFinish exactly when the RPC ends, including when the
 		// caller's context ends; the wrapper below catches the ends that
 		// an interceptor further down may produce without the RPC ending.
@@ -75,12 +73,11 @@ type streamEnd struct {
 	pushOnce sync.Once
 	b        *Breaker
 	ctx      context.Context
-	t        ticket
-	method   string
+	c        call
 }
 
 func (e *streamEnd) done(err error) {
-	e.once.Do(func() { e.b.finish(e.ctx, &e.t, e.method, err) })
+	e.once.Do(func() { e.b.finish(e.ctx, &e.c, err) })
 }
 
 // statusRead takes the stream's status as RecvMsg returned it, with its
@@ -89,7 +86,7 @@ func (e *streamEnd) done(err error) {
 func (e *streamEnd) statusRead(err error, trailer func() metadata.MD) {
 	e.done(err)
 	if e.b.cfg.pushback != nil {
-		e.pushOnce.Do(func() { e.b.pushedBack(e.ctx, e.t, e.method, err, trailer()) })
+		e.pushOnce.Do(func() { e.b.pushedBack(e.ctx, e.c, err, trailer()) })
 	}
 }
 

@@ -44,14 +44,12 @@ func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		if c.scope == "" {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
-		var t ticket
-		if err := b.letThrough(&t, b.admit(ctx, &c, &t)); err != nil {
+		if err := b.letThrough(&c, b.admit(ctx, &c)); err != nil {
 			return b.rejected(ctx, method, req, reply, err)
 		}
-		t.classifier = c.classifier
 		if b.cfg.pushback == nil {
 			err = invoker(ctx, method, req, reply, cc, opts...)
-			return b.failed(ctx, method, req, reply, err, b.finish(ctx, &t, method, err))
+			return b.failed(ctx, method, req, reply, err, b.finish(ctx, &c, err))
 		}
 		// Apart: the trailer, whose address gRPC takes, is an allocation.
 		var trailer metadata.MD
@@ -59,8 +57,8 @@ func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		// spare capacity.
 		opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
 		err = invoker(ctx, method, req, reply, cc, opts...)
-		class := b.finish(ctx, &t, method, err)
-		b.pushedBack(ctx, t, method, err, trailer)
+		class := b.finish(ctx, &c, err)
+		b.pushedBack(ctx, c, err, trailer)
 		return b.failed(ctx, method, req, reply, err, class)
 	}
 }
