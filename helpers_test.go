@@ -139,20 +139,6 @@ func dial(t testing.TB, addr string, b *Breaker, opts ...grpc.DialOption) *grpc.
 	return cc
 }
 
-// tripPolicy trips on the first failure, so that tests need one call.
-func tripPolicy() coordinator.Policy {
-	p := coordinator.DefaultPolicy()
-	p.FailureRatio = 0
-	p.MinCalls = 0
-	p.ConsecutiveFailures = 1
-	p.Probes = 1
-	p.ProbeSuccesses = 1
-	p.MaxOpenFor = 0
-	// One failure from anyone opens it, as a stand-in for a fleet's trip.
-	p.Outliers = 0
-	return p
-}
-
 // tripScope opens scope as another replica would: it admits a call, which
 // gives birth to the scope if needed, and records its failure. It returns
 // the open generation; p must trip on one failure.

@@ -15,14 +15,6 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 )
 
-// outlierPolicy: a run of three failures trips, judged without the one
-// replica that contributes most; an outlier's period is 50ms.
-func outlierPolicy() coordinator.Policy {
-	p := coordinator.DefaultPolicy()
-	p.MinCalls, p.ConsecutiveFailures, p.OpenFor, p.MaxOpenFor = 100, 3, 50*time.Millisecond, 0
-	return p
-}
-
 // transitions collects what WithOnTransition passes.
 type transitions struct {
 	mu   sync.Mutex

@@ -32,15 +32,6 @@ func TestRampShareRisesFromTheFloor(t *testing.T) {
 	}
 }
 
-// rampPolicy trips on one failure, recovers on one probe, and ramps for
-// 10 s after.
-func rampPolicy() coordinator.Policy {
-	p := tripPolicy()
-	p.RampFor = 10 * time.Second
-	p.Window = time.Minute
-	return p
-}
-
 // recoverScope takes scope, tripped, through its open period and one
 // successful probe to closed, on c at clk's time, and returns the time of
 // the close.

@@ -21,14 +21,6 @@ import (
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
-// quietPolicy never trips in these tests, so every outcome counts.
-func quietPolicy() coordinator.Policy {
-	p := coordinator.DefaultPolicy()
-	p.MinCalls = 1_000_000
-	p.ConsecutiveFailures = 0
-	return p
-}
-
 // TestGroupCommit: while one Record of a scope is in flight, outcomes
 // accumulate, and go in one next Record as soon as it returns.
 func TestGroupCommit(t *testing.T) {

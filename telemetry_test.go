@@ -166,17 +166,6 @@ func TestScopeOutOfMetricsByDefault(t *testing.T) {
 	}
 }
 
-// ratioPolicy trips when at least half of at least four calls failed, so
-// that one batch can hold calls before and after the one that tipped the
-// window.
-func ratioPolicy() coordinator.Policy {
-	p := tripPolicy()
-	p.ConsecutiveFailures = 0
-	p.MinCalls = 4
-	p.FailureRatio = 0.5
-	return p
-}
-
 // tracedCalls makes calls of EmptyCall through b, each in a span of its
 // own when traced, failing when told to.
 type tracedCalls struct {

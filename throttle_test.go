@@ -178,18 +178,6 @@ const (
 	throttleOffered    = throttleReplicas * throttlePerReplica
 )
 
-// throttlePolicy: a window of 20 rounds (buckets of 100ms), K 2, and a
-// failure ratio above the 50% that K 2 holds the dependency at.
-func throttlePolicy() coordinator.Policy {
-	p := coordinator.DefaultPolicy()
-	p.Window, p.Buckets = 2*time.Second, 20
-	p.FailureRatio = 0.8
-	// Under overload failures come in runs: the ratio is the rule here.
-	p.ConsecutiveFailures = 0
-	p.Throttle = 2
-	return p
-}
-
 func newThrottleFleet(t *testing.T, c coordinator.Coordinator, clk *coordinatortest.Clock) *throttleFleet {
 	f := &throttleFleet{t: t, c: c, clk: clk, p: throttlePolicy(), svc: &capacityService{}}
 	f.svc.unlimited.Store(true)
