@@ -7,7 +7,7 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
-// Rule 1 of the contract: a closed breaker admits every call with its
+// Rule 1 of the contract (docs/architecture.md): a closed breaker admits every call with its
 // generation, counts the outcomes of that generation, and trips to open in
 // a new generation when a rule of the policy holds.
 

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Rule 6 of the contract: open and half-open state never expire; a closed
+// Rule 6 of the contract (docs/architecture.md): open and half-open state never expire; a closed
 // scope is kept until every bucket its generation wrote has left the
 // window (a newborn one for a window from its birth), then it is not born
 // until the next write gives birth to it again, in a new generation.

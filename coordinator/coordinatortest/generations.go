@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Rule 4 of the contract: every new generation is
+// Rule 4 of the contract (docs/architecture.md): every new generation is
 // implement.NextGeneration(previous, now), so generations only grow and
 // are never handed out twice for one scope, even across forgetting; an
 // outcome is counted only in the generation it was admitted under.

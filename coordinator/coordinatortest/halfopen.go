@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Rule 3 of the contract: a half-open breaker leases up to Probes probe
+// Rule 3 of the contract (docs/architecture.md): a half-open breaker leases up to Probes probe
 // slots, one per claim; a failed probe reopens it, enough successes close
 // it, each in a new generation.
 

@@ -72,7 +72,7 @@ func (h *harness) now() time.Time { return h.clock.Now().Truncate(time.Milliseco
 func (h *harness) advance(d time.Duration) { h.clock.Advance(d) }
 
 // next is the generation that a transition or a birth mints now after
-// prev, by rule 4 of the contract. Tests never write a generation down;
+// prev, by rule 4 of the contract (docs/architecture.md). Tests never write a generation down;
 // they take it from an answer and this rule.
 func (h *harness) next(prev uint64) uint64 { return implement.NextGeneration(prev, h.now()) }
 

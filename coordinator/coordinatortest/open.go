@@ -8,7 +8,7 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
-// Rule 2 of the contract: an open breaker rejects until its open period
+// Rule 2 of the contract (docs/architecture.md): an open breaker rejects until its open period
 // ends, and the first Admit after that moves it to half-open. The answers
 // say when the open period ends (Result.RetryAfter, Transition.OpenUntil),
 // for it is OpenFor only until the breaker reopens.

@@ -11,7 +11,7 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
-// Rule 7 of the contract: scopes are opaque strings, and two scopes never
+// Rule 7 of the contract (docs/architecture.md): scopes are opaque strings, and two scopes never
 // share anything; the empty string is no scope.
 
 // opaqueScopes are scope names that a coordinator might mangle or confuse:

@@ -7,7 +7,7 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
-// Rule 4, lost state (the Seen field of every request): a write from a caller that
+// Rule 4 (docs/architecture.md), lost state (the Seen field of every request): a write from a caller that
 // has seen a generation above the stored one proves that the coordinator
 // lost state it had acknowledged (a failover that rolled its data back).
 // The scope is born again above what the caller saw: nothing stored

@@ -116,7 +116,7 @@ type breaker struct {
 
 // born gives birth to scope in a new generation, above the generation of
 // what it replaces (an expired breaker, or state older than seen), if
-// anything, and above seen: rule 4.
+// anything, and above seen: rule 4 (docs/architecture.md).
 func born(scope string, old *breaker, seen uint64, r *rules, now int64) *breaker {
 	prev := seen
 	if old != nil {
@@ -443,7 +443,7 @@ func percent(pm int) string {
 }
 
 // restart moves the breaker to state in a new generation that no earlier
-// outcome or probe carries (rule 4): an empty window, no probe leases, no
+// outcome or probe carries (rule 4, docs/architecture.md): an empty window, no probe leases, no
 // open period. Every transition but open -> half-open and an operator's
 // enable goes through it.
 func (b *breaker) restart(state coordinator.State, now int64) {

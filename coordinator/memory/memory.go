@@ -64,7 +64,7 @@ var _ coordinator.Coordinator = (*Coordinator)(nil)
 // op runs f on the scope's breaker under the lock, with the time read once,
 // and publishes the transitions it makes. Every operation but Snapshot
 // writes: it gives birth to a scope that is not born, or whose generation
-// lies below seen, what the caller has seen of it (rule 4 of the contract,
+// lies below seen, what the caller has seen of it (rule 4 of the contract, docs/architecture.md;
 // [implement.NextGeneration], [implement.Seen]), and ends an
 // isolation whose time has passed, before f runs. That lapse is reported
 // by the operation unless f reports a transition of its own (see

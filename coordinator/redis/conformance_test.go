@@ -36,7 +36,7 @@ func TestConformance(t *testing.T) {
 	coordinatortest.Run(t, factory(redistest.Start(t).Client(t)))
 }
 
-// TestCompareWithLostState checks rule 5 against the reference: the next
+// TestCompareWithLostState checks rule 5 (docs/architecture.md) against the reference: the next
 // write after a loss gives birth to the scope above the window's label,
 // which lies below now × 1000 once the clock has moved on, so both sides
 // agree on every generation.
