@@ -88,25 +88,27 @@ func readCallOptions(opts []grpc.CallOption) callOptions {
 	return o
 }
 
-// route reads a call's options and returns the call as the pipeline
-// takes it: its scope ("" when it runs unprotected), method and
+// route reads a call's options and writes into c, a new call, what the
+// pipeline takes: its scope (left "" when it runs unprotected), method and
 // classifier (nil: the Breaker's). A bad option, and a panic of the
 // ScopeFunc, are the call's error.
-func (b *Breaker) route(ctx context.Context, target, method string, opts []grpc.CallOption) (call, error) {
-	o := readCallOptions(opts)
+func (b *Breaker) route(ctx context.Context, c *call, target, method string, opts []grpc.CallOption) error {
+	var o callOptions
+	if len(opts) > 0 {
+		o = readCallOptions(opts)
+	}
 	if o.hasScope && o.scope == "" {
-		return call{}, status.Errorf(codes.InvalidArgument, "cbgrpc: CallScope: empty scope for %s (the call was not sent); use cbgrpc.Unprotected() to run a call outside the breaker", method)
+		return status.Errorf(codes.InvalidArgument, "cbgrpc: CallScope: empty scope for %s (the call was not sent); use cbgrpc.Unprotected() to run a call outside the breaker", method)
 	}
 	if o.hasClassifier && o.classifier == nil {
-		return call{}, status.Errorf(codes.InvalidArgument, "cbgrpc: CallClassifier: nil classifier for %s (the call was not sent)", method)
+		return status.Errorf(codes.InvalidArgument, "cbgrpc: CallClassifier: nil classifier for %s (the call was not sent)", method)
 	}
 	if o.unprotected {
-		return call{}, nil
+		return nil
 	}
-	c := call{method: method, classifier: o.classifier}
 	if o.hasScope {
-		c.scope = o.scope
-		return c, nil
+		c.scope, c.method, c.classifier = o.scope, method, o.classifier
+		return nil
 	}
 	r := b.routes.get(target, method)
 	if r == nil {
@@ -114,12 +116,12 @@ func (b *Breaker) route(ctx context.Context, target, method string, opts []grpc.
 	}
 	switch {
 	case r.excluded:
-		return call{}, nil
+		return nil
 	case r.scope != "":
-		c.scope, c.slot = r.scope, &r.row
-		return c, nil
+		c.scope, c.method, c.classifier, c.slot = r.scope, method, o.classifier, &r.row
+		return nil
 	}
 	scope, err := b.safeScopeOf(ctx, target, method)
-	c.scope = scope
-	return c, err
+	c.scope, c.method, c.classifier = scope, method, o.classifier
+	return err
 }

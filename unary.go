@@ -37,8 +37,8 @@ func Unary(c coordinator.Coordinator, opts ...Option) grpc.UnaryClientIntercepto
 // [CallClassifier]) change how one call is treated.
 func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		c, err := b.route(ctx, target(cc), method, opts)
-		if err != nil {
+		var c call
+		if err := b.route(ctx, &c, target(cc), method, opts); err != nil {
 			return err
 		}
 		if c.scope == "" {
@@ -48,7 +48,7 @@ func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 			return b.rejected(ctx, method, req, reply, err)
 		}
 		if b.cfg.pushback == nil {
-			err = invoker(ctx, method, req, reply, cc, opts...)
+			err := invoker(ctx, method, req, reply, cc, opts...)
 			return b.failed(ctx, method, req, reply, err, b.finish(ctx, &c, err))
 		}
 		// Apart: the trailer, whose address gRPC takes, is an allocation.
@@ -56,7 +56,7 @@ func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		// A copy: appending to the caller's slice could write into its
 		// spare capacity.
 		opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
-		err = invoker(ctx, method, req, reply, cc, opts...)
+		err := invoker(ctx, method, req, reply, cc, opts...)
 		class := b.finish(ctx, &c, err)
 		b.pushedBack(ctx, c, err, trailer)
 		return b.failed(ctx, method, req, reply, err, class)
