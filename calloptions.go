@@ -92,7 +92,7 @@ func readCallOptions(opts []grpc.CallOption) callOptions {
 // takes it: its scope ("" when it runs unprotected), method and
 // classifier (nil: the Breaker's). A bad option, and a panic of the
 // ScopeFunc, are the call's error.
-func (b *Breaker) route(ctx context.Context, target, method string, opts []grpc.CallOption) (call, error) {
+func (b *Breaker) route(ctx context.Context, cc *grpc.ClientConn, method string, opts []grpc.CallOption) (call, error) {
 	o := readCallOptions(opts)
 	if o.hasScope && o.scope == "" {
 		return call{}, status.Errorf(codes.InvalidArgument, "cbgrpc: CallScope: empty scope for %s (the call was not sent); use cbgrpc.Unprotected() to run a call outside the breaker", method)
@@ -105,13 +105,15 @@ func (b *Breaker) route(ctx context.Context, target, method string, opts []grpc.
 	}
 	c := call{method: method, classifier: o.classifier}
 	if o.hasScope {
-		c.scope = o.scope
+		c.scope, c.rpc = o.scope, b.tel.methods.get(cc, method)
 		return c, nil
 	}
+	target := target(cc)
 	r := b.routes.get(target, method)
 	if r == nil {
-		r = b.routes.add(target, method, b.routes.newRoute(&b.cfg, target, method))
+		r = b.routes.add(target, method, b.routes.newRoute(&b.cfg, target, method, b.tel.methods.get(cc, method)))
 	}
+	c.rpc = r.rpc
 	switch {
 	case r.excluded:
 		return call{}, nil

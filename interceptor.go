@@ -265,6 +265,7 @@ type call struct {
 	// slot, when set, is where the call's route keeps the scope's row of
 	// the table (route.go).
 	slot *atomic.Pointer[known]
+	rpc  *rpcMethod // its attributes in telemetry; nil: found from method
 	// start is when its admission began, then, once admitted, when its
 	// duration counts from.
 	start time.Time
@@ -457,11 +458,11 @@ func (b *Breaker) shape(ctx context.Context, c *call, d *decision) (e *OpenError
 // result notes in c the fate of a call d admits, or returns its
 // rejection.
 func (b *Breaker) result(ctx context.Context, c *call, d *decision) error {
-	b.tel.decision(ctx, c.scope, c.method, d.verdict, d.by)
+	b.tel.decision(ctx, c, d.verdict, d.by)
 	switch d.verdict {
 	case coordinator.Reject:
 		e := &OpenError{Scope: c.scope, State: d.state, RetryAfter: d.retryAfter, Reason: rejectReason(d.state)}
-		b.tel.rejected(ctx, c.method, c.start, e, d.by, d.cause)
+		b.tel.rejected(ctx, c, e, d.by, d.cause)
 		return e
 	case coordinator.Probe:
 		c.fate, c.claim = probing, d.claim

@@ -313,10 +313,10 @@ func WithScopeInMetrics() Option {
 }
 
 // WithRejectedCallSpans sets whether a rejected call gets a short client
-// span of its own, named "pkg.Service/Method" like otelgrpc's and with the
-// same RPC attributes (rpc.system, rpc.service, rpc.method,
-// rpc.grpc.status_code 14 and an error status), plus the rejection's
-// cbgrpc.* attributes. On by default: the breaker runs above otelgrpc's
+// span of its own, named "pkg.Service/Method" like otelgrpc v0.72's and
+// with the same attributes (rpc.system.name, rpc.method, server.address,
+// server.port, rpc.response.status_code UNAVAILABLE and an error status),
+// plus the rejection's cbgrpc.* attributes. On by default: the breaker runs above otelgrpc's
 // stats handler, so without it a rejected call, never sent, shows in no
 // trace. Off, a rejection is still an event on the caller's span.
 func WithRejectedCallSpans(on bool) Option {

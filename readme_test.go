@@ -91,7 +91,7 @@ func kindWord(k sdkmetric.InstrumentKind) string {
 
 // freeValues are attributes whose values are the user's: scopes and
 // method names.
-var freeValues = map[attribute.Key]bool{attrScope: true, attrRPCService: true, attrRPCMethod: true}
+var freeValues = map[attribute.Key]bool{attrScope: true, attrRPCMethod: true, attrServerAddress: true, attrServerPort: true}
 
 // The telemetry page the README links lists every metric the code
 // creates, with its instrument and unit, every attribute its points carry

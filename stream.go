@@ -40,7 +40,7 @@ func Stream(c coordinator.Coordinator, opts ...Option) grpc.StreamClientIntercep
 // ([WithFallback]) serves unary calls only.
 func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		c, err := b.route(ctx, target(cc), method, opts)
+		c, err := b.route(ctx, cc, method, opts)
 		if err != nil {
 			return nil, err
 		}

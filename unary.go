@@ -37,7 +37,7 @@ func Unary(c coordinator.Coordinator, opts ...Option) grpc.UnaryClientIntercepto
 // [CallClassifier]) change how one call is treated.
 func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		c, err := b.route(ctx, target(cc), method, opts)
+		c, err := b.route(ctx, cc, method, opts)
 		if err != nil {
 			return err
 		}
