@@ -213,7 +213,7 @@ func retryable(ctx context.Context, err error) bool {
 		!errors.Is(err, context.Canceled)
 }
 
-// errorKind is the cbgrpc.error of err: the Breaker's own kinds first,
+// errorKind is the error.type of err: the Breaker's own kinds first,
 // then the coordinator's (kinded), else "error".
 func errorKind(err error) string {
 	switch {

@@ -228,7 +228,7 @@ func TestOTelExportsToCollectorAndPrometheus(t *testing.T) {
 			min    float64
 			max    float64 // 0: no maximum
 		}{
-			{"cbgrpc_decisions_total", dto.MetricType_COUNTER, []string{"cbgrpc_verdict", "allow", "rpc_method", "EmptyCall"}, 1, 0},
+			{"cbgrpc_decisions_total", dto.MetricType_COUNTER, []string{"cbgrpc_verdict", "allow", "rpc_method", "grpc.testing.TestService/EmptyCall"}, 1, 0},
 			{"cbgrpc_decisions_total", dto.MetricType_COUNTER, []string{"cbgrpc_verdict", "reject"}, 1, 0},
 			{"cbgrpc_decisions_total", dto.MetricType_COUNTER, []string{"cbgrpc_verdict", "probe"}, 1, 0},
 			{"cbgrpc_transitions_total", dto.MetricType_COUNTER, []string{"cbgrpc_state_from", "closed", "cbgrpc_state_to", "open"}, 1, 1},
