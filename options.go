@@ -100,6 +100,8 @@ type config struct {
 	recordInterval time.Duration
 	queueSize      int
 	scopeInMetrics bool
+	name           string // cbgrpc.breaker in metrics; "": none
+	named          bool   // WithName was given
 	rejectedSpans  bool
 	onTransition   func(coordinator.Transition)
 	cacheMaxAge    time.Duration
@@ -157,6 +159,9 @@ func (c *config) validate() error {
 	}
 	if err := checkReplicaID(c.replica); err != nil {
 		return err
+	}
+	if c.named && c.name == "" {
+		return errors.New("cbgrpc: WithName: empty name; give each Breaker of a process a name of its own, or leave WithName out")
 	}
 	if c.failure != FailOpen && c.failure != FailClosed {
 		return fmt.Errorf("cbgrpc: WithCoordinatorFailure: unknown policy %d; use FailOpen or FailClosed", int(c.failure))
@@ -310,6 +315,15 @@ func WithAdmissionCache(maxAge time.Duration) Option {
 // number of time series.
 func WithScopeInMetrics() Option {
 	return optionFunc(func(c *config) { c.scopeInMetrics = true })
+}
+
+// WithName names the Breaker in its metrics, as the attribute
+// cbgrpc.breaker on every one, so that the series of several Breakers in
+// one process stay apart: the cbgrpc.state gauge of two unnamed Breakers
+// would report the same series twice. Without it, metrics carry no
+// cbgrpc.breaker. The name must not be empty.
+func WithName(name string) Option {
+	return optionFunc(func(c *config) { c.name, c.named = name, true })
 }
 
 // WithRejectedCallSpans sets whether a rejected call gets a short client

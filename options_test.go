@@ -29,6 +29,7 @@ func TestNewNamesTheBadOption(t *testing.T) {
 		{WithRecordInterval(0), "WithRecordInterval"},
 		{WithQueueSize(0), "WithQueueSize"},
 		{WithCoordinatorFailure(FailurePolicy(7)), "WithCoordinatorFailure"},
+		{WithName(""), "WithName"},
 		{WithExcludedMethods("Check"), "WithExcludedMethods"},
 	} {
 		_, err := New(memory.New(), tt.opt)

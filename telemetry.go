@@ -31,6 +31,7 @@ const (
 	attrPolicy     = attribute.Key("cbgrpc.failure_policy")
 	attrReplica    = attribute.Key("cbgrpc.replica")
 	attrOutlier    = attribute.Key("cbgrpc.outlier")
+	attrBreaker    = attribute.Key("cbgrpc.breaker")
 )
 
 // decider is who decided an admission.
@@ -78,7 +79,10 @@ const maxLinks = 32
 type telemetry struct {
 	tracer         trace.Tracer
 	scopeInMetrics bool
-	rejectedSpans  bool
+	// base is what every metric carries: the Breaker's name, if any.
+	base []attribute.KeyValue
+
+	rejectedSpans bool
 	// dryRun: a rejection is a call let through (dryrun.go), counted as
 	// allowed by the dry run and marked with its own event.
 	dryRun bool
@@ -94,6 +98,9 @@ type telemetry struct {
 	states    metric.Int64ObservableGauge
 	outliers  metric.Int64ObservableGauge
 	observing metric.Registration
+	// byState holds the options of the state gauge without the scope, one
+	// per state, made once for every collection.
+	byState []metric.ObserveOption
 
 	// methods holds the attributes of each method and the options of its
 	// decisions (semconv.go). plainOps holds the options of the latency of
@@ -114,6 +121,9 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 		scopeInMetrics: c.scopeInMetrics,
 		rejectedSpans:  c.rejectedSpans,
 		dryRun:         c.dryRun,
+	}
+	if c.name != "" {
+		t.base = []attribute.KeyValue{attrBreaker.String(c.name)}
 	}
 	m := c.mp.Meter(instrumentationName)
 	var err error
@@ -149,8 +159,8 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 		return nil, err
 	}
 	if t.states, err = m.Int64ObservableGauge("cbgrpc.state",
-		metric.WithDescription("State of each breaker this process used in the last window, as it knows it: 0 closed, 1 open, 2 half-open, 3 isolated, 4 disabled."),
-		metric.WithUnit("{state}")); err != nil {
+		metric.WithDescription("Breakers this process used in the last window, by state (cbgrpc.state), as it knows them; with the scope, 1 for the state each is in and 0 for the others."),
+		metric.WithUnit("{breaker}")); err != nil {
 		return nil, err
 	}
 	if t.outliers, err = m.Int64ObservableGauge("cbgrpc.outlier",
@@ -158,12 +168,13 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 		metric.WithUnit("{breaker}")); err != nil {
 		return nil, err
 	}
+	for s := range stateCount {
+		t.byState = append(t.byState, metric.WithAttributes(append([]attribute.KeyValue{attrState.String(s.String())}, t.base...)...))
+	}
 	if t.observing, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		k.states(time.Now(), func(scope string, s coordinator.State) {
-			o.ObserveInt64(t.states, int64(s), metric.WithAttributes(attrScope.String(scope)))
-		})
+		t.observeStates(o, k)
 		k.outliers(func(scope string) {
-			o.ObserveInt64(t.outliers, 1, metric.WithAttributes(attrScope.String(scope)))
+			o.ObserveInt64(t.outliers, 1, metric.WithAttributes(append([]attribute.KeyValue{attrScope.String(scope)}, t.base...)...))
 		})
 		return nil
 	}, t.states, t.outliers); err != nil {
@@ -171,13 +182,13 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 	}
 	t.plainOps = make(map[string][]metric.RecordOption)
 	for _, op := range operations {
-		t.plainOps[op] = []metric.RecordOption{metric.WithAttributes(attrOperation.String(op))}
+		t.plainOps[op] = []metric.RecordOption{metric.WithAttributes(append([]attribute.KeyValue{attrOperation.String(op)}, t.base...)...)}
 	}
 	t.plainDrops = make(map[string][]metric.AddOption)
 	for _, reason := range dropReasons {
-		t.plainDrops[reason] = []metric.AddOption{metric.WithAttributes(attrReason.String(reason))}
+		t.plainDrops[reason] = []metric.AddOption{metric.WithAttributes(append([]attribute.KeyValue{attrReason.String(reason)}, t.base...)...)}
 	}
-	t.methods.init(nil)
+	t.methods.init(t.base)
 	return t, nil
 }
 
@@ -189,12 +200,45 @@ var operations = []string{"admit", "record", "settle", "push", "isolate", "relea
 // stop ends what telemetry does on its own: observing the table.
 func (t *telemetry) stop() error { return t.observing.Unregister() }
 
-// attrs returns kvs, plus the scope when the user asked for it.
+// attrs returns kvs and the Breaker's name, plus the scope when the user
+// asked for it.
 func (t *telemetry) attrs(scope string, kvs ...attribute.KeyValue) metric.MeasurementOption {
+	kvs = append(kvs, t.base...)
 	if t.scopeInMetrics {
 		kvs = append(kvs, attrScope.String(scope))
 	}
 	return metric.WithAttributes(kvs...)
+}
+
+// stateCount is how many states there are, from closed to disabled.
+const stateCount = coordinator.StateDisabled + 1
+
+// observeStates observes the state gauge as a state set: with the scope,
+// each scope k knows has a point per state, 1 for the one it is in and 0
+// for the others; without, a point per state counts the scopes in it.
+// Either way a sum or a max by state means what it says.
+func (t *telemetry) observeStates(o metric.Observer, k *knowledge) {
+	if !t.scopeInMetrics {
+		var n [stateCount]int64
+		k.states(time.Now(), func(_ string, s coordinator.State) {
+			if s < stateCount {
+				n[s]++
+			}
+		})
+		for s := range stateCount {
+			o.ObserveInt64(t.states, n[s], t.byState[s])
+		}
+		return
+	}
+	k.states(time.Now(), func(scope string, in coordinator.State) {
+		for s := range stateCount {
+			var v int64
+			if s == in {
+				v = 1
+			}
+			o.ObserveInt64(t.states, v, metric.WithAttributes(append([]attribute.KeyValue{attrState.String(s.String()), attrScope.String(scope)}, t.base...)...))
+		}
+	})
 }
 
 // rpcOf returns the attributes of c's method: its route's, or for a call
@@ -217,12 +261,16 @@ func (t *telemetry) decision(ctx context.Context, c *call, v coordinator.Verdict
 		t.decisions.Add(ctx, 1, m.decisions[v][by]...)
 		return
 	}
-	kvs := append([]attribute.KeyValue{attrVerdict.String(v.String()), attrSource.String(by.String())}, m.attrs...)
-	t.decisions.Add(ctx, 1, t.attrs(c.scope, kvs...))
+	kvs := []attribute.KeyValue{attrVerdict.String(v.String()), attrSource.String(by.String())}
+	if t.scopeInMetrics {
+		kvs = append(kvs, attrScope.String(c.scope))
+	}
+	// m.attrs carries the Breaker's name already.
+	t.decisions.Add(ctx, 1, metric.WithAttributes(append(kvs, m.attrs...)...))
 }
 
 func (t *telemetry) feedLost(ctx context.Context, err error) {
-	t.feedLosses.Add(ctx, 1, metric.WithAttributes(attrErrorType.String(errorKind(err))))
+	t.feedLosses.Add(ctx, 1, metric.WithAttributes(append([]attribute.KeyValue{attrErrorType.String(errorKind(err))}, t.base...)...))
 }
 
 func (t *telemetry) drop(scope, reason string, n int) {
