@@ -91,7 +91,7 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 		b.inline = bc.HonoursDeadlines()
 	}
 	b.ids.prefix = newIDPrefix()
-	b.notify = newNotifier(cfg.onTransition)
+	b.notify = newNotifier(cfg.onTransition, tel.learned, 2*cfg.timeout)
 	b.rec = newRecorder(recording{queueSize: cfg.queueSize, recordInterval: cfg.recordInterval, timeout: cfg.timeout,
 		replica: cfg.replica, c: c, exchange: b.roundTrip, batchID: b.ids.next, tel: tel, known: known, health: &b.health})
 	ctx, stop := context.WithCancel(context.Background())
@@ -104,7 +104,7 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 		b.goBackground(func() { share.run(ctx, warm) })
 	}
 	if maxAge > 0 {
-		f := &feed{w: w, k: b.known, share: share, tell: b.notify.tell, lost: func(err error) { b.tel.feedLost(ctx, err) }}
+		f := &feed{w: w, k: b.known, share: share, tell: b.notify.heardOnFeed, lost: func(err error) { b.tel.feedLost(ctx, err) }}
 		b.goBackground(func() { f.run(ctx) })
 	}
 	return b, nil

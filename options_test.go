@@ -48,8 +48,8 @@ func TestWithIgnoresNil(t *testing.T) {
 	if b.cfg.scope == nil || b.cfg.classifier == nil || b.cfg.tp == nil || b.cfg.mp == nil {
 		t.Fatal("a nil option replaced a default")
 	}
-	if b.notify != nil {
-		t.Error("WithOnTransition(nil) started a notifier")
+	if b.notify.f != nil {
+		t.Error("WithOnTransition(nil) set a callback")
 	}
 }
 

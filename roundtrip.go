@@ -149,7 +149,7 @@ func (b *Breaker) roundTrip(ctx context.Context, t exchange, f func(ctx context.
 			parent = trace.ContextWithSpanContext(ctx, sc)
 		}
 		b.caused(t.wg, a.transition, b.tel.transition(parent, a.transition, links))
-		b.notify.tell(*a.transition)
+		b.notify.tell(*a.transition, true)
 	}
 	return a, nil
 }

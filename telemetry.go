@@ -32,6 +32,7 @@ const (
 	attrReplica    = attribute.Key("cbgrpc.replica")
 	attrOutlier    = attribute.Key("cbgrpc.outlier")
 	attrBreaker    = attribute.Key("cbgrpc.breaker")
+	attrCaused     = attribute.Key("cbgrpc.caused")
 )
 
 // decider is who decided an admission.
@@ -133,7 +134,7 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 		return nil, err
 	}
 	if t.transitions, err = m.Int64Counter("cbgrpc.transitions",
-		metric.WithDescription("Breaker transitions caused by this process's coordinator calls."),
+		metric.WithDescription("Breaker transitions this process learned of, once each: from its own coordinator calls (cbgrpc.caused true) or from the transition feed."),
 		metric.WithUnit("{transition}")); err != nil {
 		return nil, err
 	}
@@ -292,15 +293,21 @@ func (t *telemetry) coordinatorCall(ctx context.Context, scope, op string, d tim
 	}
 }
 
+// learned counts one transition this process learned of (notify.go),
+// whether its own coordinator call caused it or the feed told of it. A
+// transition of this replica alone (an outlier's) says so, with
+// cbgrpc.outlier.
+func (t *telemetry) learned(tr coordinator.Transition, caused bool) {
+	t.transitions.Add(context.Background(), 1, t.attrs(tr.Scope, attrFrom.String(tr.From.String()), attrTo.String(tr.To.String()),
+		attrOutlier.Bool(tr.Replica != ""), attrCaused.Bool(caused)))
+}
+
 // transition emits the span of one transition this process caused: a child
 // of parent's span (a root span when it has none), linked to links.
-// A transition of this replica alone (an outlier's) says so: the metric
-// with cbgrpc.outlier, the span with the replica's ID as well. It returns
-// the span's context when the span records, the cause of the state the
-// transition moved to (cause.go); else the zero one.
+// A transition of this replica alone (an outlier's) carries the replica's
+// ID. It returns the span's context when the span records, the cause of
+// the state the transition moved to (cause.go); else the zero one.
 func (t *telemetry) transition(parent context.Context, tr *coordinator.Transition, links []trace.Link) trace.SpanContext {
-	t.transitions.Add(parent, 1, t.attrs(tr.Scope, attrFrom.String(tr.From.String()), attrTo.String(tr.To.String()),
-		attrOutlier.Bool(tr.Replica != "")))
 	kvs := []attribute.KeyValue{
 		attrScope.String(tr.Scope),
 		attrFrom.String(tr.From.String()),

@@ -231,9 +231,13 @@ func TestOTelExportsToCollectorAndPrometheus(t *testing.T) {
 			{"cbgrpc_decisions_total", dto.MetricType_COUNTER, []string{"cbgrpc_verdict", "allow", "rpc_method", "grpc.testing.TestService/EmptyCall"}, 1, 0},
 			{"cbgrpc_decisions_total", dto.MetricType_COUNTER, []string{"cbgrpc_verdict", "reject"}, 1, 0},
 			{"cbgrpc_decisions_total", dto.MetricType_COUNTER, []string{"cbgrpc_verdict", "probe"}, 1, 0},
-			{"cbgrpc_transitions_total", dto.MetricType_COUNTER, []string{"cbgrpc_state_from", "closed", "cbgrpc_state_to", "open"}, 1, 1},
+			// The replica that caused a transition counts it caused; the
+			// others count it as they heard it, the trip long before the
+			// scrape.
+			{"cbgrpc_transitions_total", dto.MetricType_COUNTER, []string{"cbgrpc_state_from", "closed", "cbgrpc_state_to", "open", "cbgrpc_caused", "true"}, 1, 1},
+			{"cbgrpc_transitions_total", dto.MetricType_COUNTER, []string{"cbgrpc_state_from", "closed", "cbgrpc_state_to", "open"}, 3, 3},
 			{"cbgrpc_transitions_total", dto.MetricType_COUNTER, []string{"cbgrpc_state_from", "open", "cbgrpc_state_to", "half-open"}, 1, 0},
-			{"cbgrpc_transitions_total", dto.MetricType_COUNTER, []string{"cbgrpc_state_from", "half-open", "cbgrpc_state_to", "closed"}, 1, 1},
+			{"cbgrpc_transitions_total", dto.MetricType_COUNTER, []string{"cbgrpc_state_from", "half-open", "cbgrpc_state_to", "closed", "cbgrpc_caused", "true"}, 1, 1},
 		} {
 			if v := value(c.name, c.typ, c.labels...); v < c.min || c.max > 0 && v > c.max {
 				t.Errorf("%s%v = %v; want from %v to %v", c.name, c.labels, v, c.min, c.max)
