@@ -225,11 +225,11 @@ func TestTransitionsCountedAsLearned(t *testing.T) {
 		admitN(t, b, scope, 1)
 		eventually(t, "the feed follows the scope", func() bool { return followed(b, scope) })
 	}
-	tk, err := tripper.admit(context.Background(), call{scope: scope, method: testMethod})
+	tk, err := admitCall(tripper, context.Background(), &call{scope: scope, method: testMethod})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tripper.finish(context.Background(), tk, testMethod, errTransport)
+	tripper.finish(context.Background(), tk, errTransport)
 
 	trip := []attribute.KeyValue{attrFrom.String("closed"), attrTo.String("open")}
 	eventually(t, "the listener counts the trip it heard", func() bool {
