@@ -89,10 +89,10 @@ func readCallOptions(opts []grpc.CallOption) callOptions {
 }
 
 // route reads a call's options and writes into c, a new call, what the
-// pipeline takes: its scope (left "" when it runs unprotected), method and
-// classifier (nil: the Breaker's). A bad option, and a panic of the
-// ScopeFunc, are the call's error.
-func (b *Breaker) route(ctx context.Context, c *call, target, method string, opts []grpc.CallOption) error {
+// pipeline takes: its scope (left "" when it runs unprotected), method,
+// classifier (nil: the Breaker's) and attributes in telemetry. A bad
+// option, and a panic of the ScopeFunc, are the call's error.
+func (b *Breaker) route(ctx context.Context, c *call, cc *grpc.ClientConn, method string, opts []grpc.CallOption) error {
 	var o callOptions
 	if len(opts) > 0 {
 		o = readCallOptions(opts)
@@ -106,22 +106,24 @@ func (b *Breaker) route(ctx context.Context, c *call, target, method string, opt
 	if o.unprotected {
 		return nil
 	}
+	c.method, c.classifier = method, o.classifier
 	if o.hasScope {
-		c.scope, c.method, c.classifier = o.scope, method, o.classifier
+		c.scope, c.rpc = o.scope, b.tel.methods.get(cc, method)
 		return nil
 	}
+	target := target(cc)
 	r := b.routes.get(target, method)
 	if r == nil {
-		r = b.routes.add(target, method, b.routes.newRoute(&b.cfg, target, method))
+		r = b.routes.add(target, method, b.routes.newRoute(&b.cfg, target, method, b.tel.methods.get(cc, method)))
 	}
 	switch {
 	case r.excluded:
 		return nil
 	case r.scope != "":
-		c.scope, c.method, c.classifier, c.slot = r.scope, method, o.classifier, &r.row
+		c.scope, c.slot, c.rpc = r.scope, &r.row, r.rpc
 		return nil
 	}
 	scope, err := b.safeScopeOf(ctx, target, method)
-	c.scope, c.method, c.classifier = scope, method, o.classifier
+	c.scope, c.rpc = scope, r.rpc
 	return err
 }

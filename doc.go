@@ -54,7 +54,7 @@
 //     a rejection and a decision taken without the coordinator are events
 //     on the caller's span; metrics count decisions, transitions, dropped
 //     outcomes, and coordinator latency and errors, and a gauge
-//     (cbgrpc.state) tells each scope's state. See [WithTracerProvider] and
-//     [WithMeterProvider]. [WithOnTransition] calls a function of yours
+//     (cbgrpc.state) counts the scopes in each state. See [WithTracerProvider],
+//     [WithMeterProvider] and [WithName]. [WithOnTransition] calls a function of yours
 //     with every transition this process learns of.
 package cbgrpc

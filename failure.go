@@ -123,10 +123,10 @@ func (b *Breaker) decideWithout(ctx context.Context, c *call, cause error) error
 	if e != nil {
 		verdict = coordinator.Reject
 	}
-	b.tel.decision(ctx, scope, c.method, verdict, by)
+	b.tel.decision(ctx, c, verdict, by)
 	coordinatorFailure(ctx, scope, verdict, by, b.cfg.failure, cause)
 	if e != nil {
-		b.tel.rejected(ctx, c.method, c.start, e, by, link)
+		b.tel.rejected(ctx, c, e, by, link)
 		return e
 	}
 	c.fate = unadmitted

@@ -19,8 +19,8 @@ const feedRetry = time.Second
 // those the table forgets), and hands every transition it hears to the
 // table like any other answer. The table trusts an answer for admissions
 // only while the connection that followed its scope lives; when one breaks,
-// the next starts over. Every transition also goes to tell, for the
-// callback of [WithOnTransition].
+// the next starts over. Every transition also goes to tell, to be
+// counted and passed to the callback of [WithOnTransition].
 type feed struct {
 	w    coordinator.Watcher
 	k    *knowledge

@@ -91,7 +91,7 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 		b.inline = bc.HonoursDeadlines()
 	}
 	b.ids.prefix = newIDPrefix()
-	b.notify = newNotifier(cfg.onTransition)
+	b.notify = newNotifier(cfg.onTransition, tel.learned, 2*cfg.timeout)
 	b.rec = newRecorder(recording{queueSize: cfg.queueSize, recordInterval: cfg.recordInterval, timeout: cfg.timeout,
 		replica: cfg.replica, c: c, exchange: b.roundTrip, batchID: b.ids.next, tel: tel, known: known, health: &b.health})
 	ctx, stop := context.WithCancel(context.Background())
@@ -104,7 +104,7 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 		b.goBackground(func() { share.run(ctx, warm) })
 	}
 	if maxAge > 0 {
-		f := &feed{w: w, k: b.known, share: share, tell: b.notify.tell, lost: func(err error) { b.tel.feedLost(ctx, err) }}
+		f := &feed{w: w, k: b.known, share: share, tell: b.notify.heardOnFeed, lost: func(err error) { b.tel.feedLost(ctx, err) }}
 		b.goBackground(func() { f.run(ctx) })
 	}
 	return b, nil
@@ -265,6 +265,7 @@ type call struct {
 	// slot, when set, is where the call's route keeps the scope's row of
 	// the table (route.go).
 	slot *atomic.Pointer[known]
+	rpc  *rpcMethod // its attributes in telemetry; nil: found from method
 	// start is when its admission began, then, once admitted, when its
 	// duration counts from.
 	start time.Time
@@ -457,11 +458,11 @@ func (b *Breaker) shape(ctx context.Context, c *call, d *decision) (e *OpenError
 // result notes in c the fate of a call d admits, or returns its
 // rejection.
 func (b *Breaker) result(ctx context.Context, c *call, d *decision) error {
-	b.tel.decision(ctx, c.scope, c.method, d.verdict, d.by)
+	b.tel.decision(ctx, c, d.verdict, d.by)
 	switch d.verdict {
 	case coordinator.Reject:
 		e := &OpenError{Scope: c.scope, State: d.state, RetryAfter: d.retryAfter, Reason: rejectReason(d.state)}
-		b.tel.rejected(ctx, c.method, c.start, e, d.by, d.cause)
+		b.tel.rejected(ctx, c, e, d.by, d.cause)
 		return e
 	case coordinator.Probe:
 		c.fate, c.claim = probing, d.claim

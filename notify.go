@@ -2,6 +2,7 @@ package cbgrpc
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,13 +22,21 @@ const notifyQueue = 1024
 // within a few milliseconds of each other.
 const notifyRecent = 256
 
-// notifier hands the transitions this process learns of to the user's
-// callback ([WithOnTransition]) in a goroutine of its own: the callback
-// runs off the calls' path, one transition at a time, and a callback that
-// panics does not take the process down. A nil notifier (no callback)
-// does nothing.
+// notifier passes each transition this process learns of once, however
+// many times it is told (an answer and the feed's echo of it), to count
+// and to the user's callback ([WithOnTransition]). The callback runs in a
+// goroutine of its own: off the calls' path, one transition at a time,
+// and a callback that panics does not take the process down.
 type notifier struct {
-	f     func(coordinator.Transition)
+	f func(coordinator.Transition) // nil: no callback, and no goroutine
+	// count counts a transition learned; caused: from the answer to this
+	// process's own coordinator call.
+	count func(t coordinator.Transition, caused bool)
+	// grace is how long a transition heard on the feed waits to be counted
+	// for the answer that may carry it: a process's own transition can
+	// reach it on the feed before the answer to its call does, and a call
+	// in flight answers within its timeout.
+	grace time.Duration
 	queue chan coordinator.Transition
 	quit  chan struct{}
 	done  chan struct{} // closed when the loop has returned
@@ -37,27 +46,59 @@ type notifier struct {
 	// abandoned is set when Close gave up waiting: nothing more is
 	// delivered.
 	abandoned atomic.Bool
-	recent    recent // owned by the loop
+	mu        sync.Mutex // guards recent and heard: whoever learns a transition tells
+	recent    recent
+	// heard holds the transitions heard on the feed not counted yet.
+	heard map[transitionKey]*uncounted
 }
 
-func newNotifier(f func(coordinator.Transition)) *notifier {
+// uncounted is a transition heard on the feed, and the timer that counts
+// it once grace is over.
+type uncounted struct {
+	t     coordinator.Transition
+	timer *time.Timer
+}
+
+func newNotifier(f func(coordinator.Transition), count func(coordinator.Transition, bool), grace time.Duration) *notifier {
+	n := &notifier{f: f, count: count, grace: grace, recent: recent{set: make(map[transitionKey]struct{}, notifyRecent)},
+		heard: make(map[transitionKey]*uncounted)}
 	if f == nil {
-		return nil
+		return n
 	}
-	n := &notifier{
-		f:      f,
-		queue:  make(chan coordinator.Transition, notifyQueue),
-		quit:   make(chan struct{}),
-		done:   make(chan struct{}),
-		recent: recent{set: make(map[transitionKey]struct{}, notifyRecent)},
-	}
+	n.queue = make(chan coordinator.Transition, notifyQueue)
+	n.quit = make(chan struct{})
+	n.done = make(chan struct{})
 	go n.loop()
 	return n
 }
 
-// tell queues t for the callback; it never blocks.
-func (n *notifier) tell(t coordinator.Transition) {
-	if n == nil {
+// tell passes t, unless told it before, to the callback, and counts it.
+// caused: t came in the answer to this process's own coordinator call;
+// heard on the feed, it is counted not caused once grace is over, unless
+// the answer that carries it comes first. It never blocks.
+func (n *notifier) tell(t coordinator.Transition, caused bool) {
+	key := keyOf(t)
+	n.mu.Lock()
+	if u, ok := n.heard[key]; ok {
+		if caused && u.timer.Stop() {
+			// Heard on the feed first, and this process's own after all.
+			delete(n.heard, key)
+			n.count(t, true)
+		}
+		n.mu.Unlock()
+		return
+	}
+	if n.recent.seen(key) {
+		n.mu.Unlock()
+		return
+	}
+	if caused {
+		n.count(t, true)
+	} else {
+		n.heard[key] = &uncounted{t: t, timer: time.AfterFunc(n.grace, func() { n.countHeard(key) })}
+	}
+	n.mu.Unlock()
+	if n.f == nil {
 		return
 	}
 	select {
@@ -90,8 +131,22 @@ func (n *notifier) loop() {
 	}
 }
 
+// heard tells t, heard on the feed.
+func (n *notifier) heardOnFeed(t coordinator.Transition) { n.tell(t, false) }
+
+// countHeard counts the transition of key, heard on the feed, as not
+// caused, unless counted already.
+func (n *notifier) countHeard(key transitionKey) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if u, ok := n.heard[key]; ok {
+		delete(n.heard, key)
+		n.count(u.t, false)
+	}
+}
+
 func (n *notifier) deliver(t coordinator.Transition) {
-	if n.abandoned.Load() || n.recent.seen(t) {
+	if n.abandoned.Load() {
 		return
 	}
 	defer func() {
@@ -107,7 +162,16 @@ func (n *notifier) deliver(t coordinator.Transition) {
 // loop returned by then. The Breaker stops everything that learns
 // transitions first.
 func (n *notifier) stop(deadline time.Time) bool {
-	if n == nil {
+	n.mu.Lock()
+	// What the feed told waits no longer: nothing learns any more.
+	for key, u := range n.heard {
+		if u.timer.Stop() {
+			delete(n.heard, key)
+			n.count(u.t, false)
+		}
+	}
+	n.mu.Unlock()
+	if n.f == nil {
 		return true
 	}
 	n.drainBy = deadline
@@ -133,17 +197,20 @@ type transitionKey struct {
 	at      int64
 }
 
-// recent is the last notifyRecent transitions delivered.
+func keyOf(t coordinator.Transition) transitionKey {
+	return transitionKey{scope: t.Scope, replica: t.Replica, gen: t.Generation, to: t.To, at: t.At.UnixMilli()}
+}
+
+// recent is the last notifyRecent transitions told.
 type recent struct {
 	keys [notifyRecent]transitionKey
 	next int
 	set  map[transitionKey]struct{}
 }
 
-// seen reports whether t is among the recent transitions, and remembers it
+// seen reports whether k is among the recent transitions, and remembers it
 // if not.
-func (r *recent) seen(t coordinator.Transition) bool {
-	k := transitionKey{scope: t.Scope, replica: t.Replica, gen: t.Generation, to: t.To, at: t.At.UnixMilli()}
+func (r *recent) seen(k transitionKey) bool {
 	if _, ok := r.set[k]; ok {
 		return true
 	}

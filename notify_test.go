@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
@@ -190,10 +191,10 @@ func TestNotifierDropsWhatAStuckCallbackCannotTake(t *testing.T) {
 		default:
 		}
 		<-gate
-	})
+	}, func(coordinator.Transition, bool) {}, time.Second)
 	defer n.stop(time.Now().Add(closeTimeout))
 	tell := func(i int) {
-		n.tell(coordinator.Transition{Scope: fmt.Sprint("s", i), To: open, Generation: 1})
+		n.tell(coordinator.Transition{Scope: fmt.Sprint("s", i), To: open, Generation: 1}, false)
 	}
 	tell(0)
 	<-entered
@@ -208,4 +209,85 @@ func TestNotifierDropsWhatAStuckCallbackCannotTake(t *testing.T) {
 		t.Errorf("reported %v; want one drop", errs)
 	}
 	close(gate)
+}
+
+// cbgrpc.transitions counts what each process learned, once: the replica
+// whose call tripped the scope counts it caused, with the feed's echo of it
+// not counted again; a replica that heard it on the feed counts it too,
+// not caused.
+func TestTransitionsCountedAsLearned(t *testing.T) {
+	m := memory.New()
+	tripped, heard := newMetrics(), newMetrics()
+	tripper := newBreaker(t, m, WithPolicy(tripPolicy()), WithMeterProvider(tripped.mp))
+	listener := newBreaker(t, m, WithPolicy(tripPolicy()), WithMeterProvider(heard.mp))
+	const scope = "learned"
+	for _, b := range []*Breaker{tripper, listener} {
+		admitN(t, b, scope, 1)
+		eventually(t, "the feed follows the scope", func() bool { return followed(b, scope) })
+	}
+	tk, err := admitCall(tripper, context.Background(), &call{scope: scope, method: testMethod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tripper.finish(context.Background(), tk, errTransport)
+
+	trip := []attribute.KeyValue{attrFrom.String("closed"), attrTo.String("open")}
+	eventually(t, "the listener counts the trip it heard", func() bool {
+		return heard.sum(t, "cbgrpc.transitions", append(trip, attrCaused.Bool(false))...) == 1
+	})
+	eventually(t, "the tripper counts the trip it caused", func() bool {
+		return tripped.sum(t, "cbgrpc.transitions", append(trip, attrCaused.Bool(true))...) == 1
+	})
+	// By the time the listener heard it, the tripper's feed has as a rule
+	// told the tripper too.
+	if n, caused := tripped.sum(t, "cbgrpc.transitions"), tripped.sum(t, "cbgrpc.transitions", attrCaused.Bool(true)); n != 1 || caused != 1 {
+		t.Errorf("the tripper counted %d transitions, %d caused; want its trip once, caused", n, caused)
+	}
+	if n := heard.sum(t, "cbgrpc.transitions"); n != 1 {
+		t.Errorf("the listener counted %d transitions, want the trip once", n)
+	}
+}
+
+// A process's own transition can reach it on the feed before the answer
+// to its call does: it is still counted once, caused. One only heard is
+// counted not caused once the grace is over, or at once when the Breaker
+// stops.
+func TestTransitionHeardBeforeItsAnswerCountsCaused(t *testing.T) {
+	var mu sync.Mutex
+	var counted []bool
+	count := func(_ coordinator.Transition, caused bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		counted = append(counted, caused)
+	}
+	got := func() []bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]bool(nil), counted...)
+	}
+	own := coordinator.Transition{Scope: "own", From: closed, To: open, Generation: 2, At: time.Now()}
+	n := newNotifier(nil, count, time.Hour)
+	n.heardOnFeed(own)
+	n.tell(own, true)
+	n.heardOnFeed(own)
+	if c := got(); len(c) != 1 || !c[0] {
+		t.Fatalf("counted %v; want once, caused", c)
+	}
+	other := coordinator.Transition{Scope: "other", From: closed, To: open, Generation: 2, At: time.Now()}
+	n.heardOnFeed(other)
+	if c := got(); len(c) != 1 {
+		t.Fatalf("counted %v before the grace is over; want the first alone", c)
+	}
+	n.stop(time.Now().Add(closeTimeout))
+	if c := got(); len(c) != 2 || c[1] {
+		t.Fatalf("counted %v after stop; want the one heard, not caused", c)
+	}
+
+	short := newNotifier(nil, count, time.Millisecond)
+	defer short.stop(time.Now().Add(closeTimeout))
+	short.heardOnFeed(other)
+	eventually(t, "the heard transition counted after the grace", func() bool { return len(got()) == 3 })
+	if c := got(); c[2] {
+		t.Errorf("counted %v; want the heard one not caused", c)
+	}
 }

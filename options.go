@@ -100,6 +100,8 @@ type config struct {
 	recordInterval time.Duration
 	queueSize      int
 	scopeInMetrics bool
+	name           string // cbgrpc.breaker in metrics; "": none
+	named          bool   // WithName was given
 	rejectedSpans  bool
 	onTransition   func(coordinator.Transition)
 	cacheMaxAge    time.Duration
@@ -157,6 +159,9 @@ func (c *config) validate() error {
 	}
 	if err := checkReplicaID(c.replica); err != nil {
 		return err
+	}
+	if c.named && c.name == "" {
+		return errors.New("cbgrpc: WithName: empty name; give each Breaker of a process a name of its own, or leave WithName out")
 	}
 	if c.failure != FailOpen && c.failure != FailClosed {
 		return fmt.Errorf("cbgrpc: WithCoordinatorFailure: unknown policy %d; use FailOpen or FailClosed", int(c.failure))
@@ -312,11 +317,20 @@ func WithScopeInMetrics() Option {
 	return optionFunc(func(c *config) { c.scopeInMetrics = true })
 }
 
+// WithName names the Breaker in its metrics, as the attribute
+// cbgrpc.breaker on every one, so that the series of several Breakers in
+// one process stay apart: the cbgrpc.state gauge of two unnamed Breakers
+// would report the same series twice. Without it, metrics carry no
+// cbgrpc.breaker. The name must not be empty.
+func WithName(name string) Option {
+	return optionFunc(func(c *config) { c.name, c.named = name, true })
+}
+
 // WithRejectedCallSpans sets whether a rejected call gets a short client
-// span of its own, named "pkg.Service/Method" like otelgrpc's and with the
-// same RPC attributes (rpc.system, rpc.service, rpc.method,
-// rpc.grpc.status_code 14 and an error status), plus the rejection's
-// cbgrpc.* attributes. On by default: the breaker runs above otelgrpc's
+// span of its own, named "pkg.Service/Method" like otelgrpc v0.72's and
+// with the same attributes (rpc.system.name, rpc.method, server.address,
+// server.port, rpc.response.status_code UNAVAILABLE and an error status),
+// plus the rejection's cbgrpc.* attributes. On by default: the breaker runs above otelgrpc's
 // stats handler, so without it a rejected call, never sent, shows in no
 // trace. Off, a rejection is still an event on the caller's span.
 func WithRejectedCallSpans(on bool) Option {

@@ -29,6 +29,7 @@ func TestNewNamesTheBadOption(t *testing.T) {
 		{WithRecordInterval(0), "WithRecordInterval"},
 		{WithQueueSize(0), "WithQueueSize"},
 		{WithCoordinatorFailure(FailurePolicy(7)), "WithCoordinatorFailure"},
+		{WithName(""), "WithName"},
 		{WithExcludedMethods("Check"), "WithExcludedMethods"},
 	} {
 		_, err := New(memory.New(), tt.opt)
@@ -47,8 +48,8 @@ func TestWithIgnoresNil(t *testing.T) {
 	if b.cfg.scope == nil || b.cfg.classifier == nil || b.cfg.tp == nil || b.cfg.mp == nil {
 		t.Fatal("a nil option replaced a default")
 	}
-	if b.notify != nil {
-		t.Error("WithOnTransition(nil) started a notifier")
+	if b.notify.f != nil {
+		t.Error("WithOnTransition(nil) set a callback")
 	}
 }
 

@@ -41,11 +41,37 @@ func (m *metrics) collect(t testing.TB) []metricdata.Metrics {
 	return all
 }
 
-// states reads the cbgrpc.state gauge: the value of each scope it has a
-// point for.
+// states reads the cbgrpc.state gauge of a Breaker WithScopeInMetrics:
+// the state of each scope it has points for, the one valued 1. A scope
+// whose points are not one 1 and a 0 for every other state fails t.
 func (m *metrics) states(t testing.TB) map[string]coordinator.State {
 	t.Helper()
 	states := make(map[string]coordinator.State)
+	points := make(map[string]int)
+	for _, dp := range m.statePoints(t) {
+		scope := must(dp.Attributes.Value(attrScope)).AsString()
+		points[scope]++
+		if dp.Value == 1 {
+			if had, ok := states[scope]; ok {
+				t.Fatalf("cbgrpc.state: %q is both %v and %v", scope, had, stateNamed(t, dp.Attributes))
+			}
+			states[scope] = stateNamed(t, dp.Attributes)
+		} else if dp.Value != 0 {
+			t.Fatalf("cbgrpc.state of %q: %d, want 0 or 1", scope, dp.Value)
+		}
+	}
+	for scope, n := range points {
+		if _, ok := states[scope]; !ok || n != int(stateCount) {
+			t.Fatalf("cbgrpc.state of %q: %d points, in state %v (%v); want one per state, one of them 1", scope, n, states[scope], ok)
+		}
+	}
+	return states
+}
+
+// statePoints returns the points of the cbgrpc.state gauge.
+func (m *metrics) statePoints(t testing.TB) []metricdata.DataPoint[int64] {
+	t.Helper()
+	var points []metricdata.DataPoint[int64]
 	for _, mt := range m.collect(t) {
 		if mt.Name != "cbgrpc.state" {
 			continue
@@ -54,12 +80,22 @@ func (m *metrics) states(t testing.TB) map[string]coordinator.State {
 		if !ok {
 			t.Fatalf("cbgrpc.state is %T, not an int64 gauge", mt.Data)
 		}
-		for _, dp := range data.DataPoints {
-			scope, _ := dp.Attributes.Value(attrScope)
-			states[scope.AsString()] = coordinator.State(dp.Value)
+		points = append(points, data.DataPoints...)
+	}
+	return points
+}
+
+// stateNamed returns the state a point's cbgrpc.state names.
+func stateNamed(t testing.TB, set attribute.Set) coordinator.State {
+	t.Helper()
+	name := must(set.Value(attrState)).AsString()
+	for s := range stateCount {
+		if s.String() == name {
+			return s
 		}
 	}
-	return states
+	t.Fatalf("cbgrpc.state = %q names no state", name)
+	return 0
 }
 
 // sum adds up the counter name over the points whose attributes include

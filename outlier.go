@@ -59,14 +59,14 @@ func (b *Breaker) admitOutlier(ctx context.Context, c *call, f *fact) (err error
 	if !b.known.probeOutlier(c.scope, f.gen, c.start, lease) {
 		return b.rejectOutlier(ctx, c, o, 0, "this replica alone is failing ("+o.reason+"); its probe is out"), true
 	}
-	b.tel.decision(ctx, c.scope, c.method, coordinator.Probe, byOutlier)
+	b.tel.decision(ctx, c, coordinator.Probe, byOutlier)
 	c.fate, c.gen, c.urgent = recorded, f.gen, true
 	return nil, true
 }
 
 func (b *Breaker) rejectOutlier(ctx context.Context, c *call, o outlierFact, retry time.Duration, reason string) error {
-	b.tel.decision(ctx, c.scope, c.method, coordinator.Reject, byOutlier)
+	b.tel.decision(ctx, c, coordinator.Reject, byOutlier)
 	e := &OpenError{Scope: c.scope, State: coordinator.StateOpen, RetryAfter: retry, Reason: reason, Outlier: true}
-	b.tel.rejected(ctx, c.method, c.start, e, byOutlier, o.cause)
+	b.tel.rejected(ctx, c, e, byOutlier, o.cause)
 	return e
 }

@@ -44,7 +44,7 @@ func (b *Breaker) ramping(ctx context.Context, c *call, left time.Duration, p *c
 	}
 	e := &OpenError{Scope: c.scope, State: coordinator.StateClosed, RetryAfter: left,
 		Reason: fmt.Sprintf("ramping up after a recovery, %d%% of calls admitted", int(share*100))}
-	b.tel.decision(ctx, c.scope, c.method, coordinator.Reject, byRamp)
-	b.tel.rejected(ctx, c.method, c.start, e, byRamp, cause)
+	b.tel.decision(ctx, c, coordinator.Reject, byRamp)
+	b.tel.rejected(ctx, c, e, byRamp, cause)
 	return e
 }

@@ -89,9 +89,9 @@ func kindWord(k sdkmetric.InstrumentKind) string {
 	return k.String()
 }
 
-// freeValues are attributes whose values are the user's: scopes and
-// method names.
-var freeValues = map[attribute.Key]bool{attrScope: true, attrRPCService: true, attrRPCMethod: true}
+// freeValues are attributes whose values are the user's: scopes, the
+// Breaker's name, method names and servers.
+var freeValues = map[attribute.Key]bool{attrScope: true, attrBreaker: true, attrRPCMethod: true, attrServerAddress: true, attrServerPort: true}
 
 // The telemetry page the README links lists every metric the code
 // creates, with its instrument and unit, every attribute its points carry
@@ -119,7 +119,7 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 	clk := coordinatortest.NewClock()
 	fc := newFeedCoordinator(t, memory.New(memory.WithClock(clk.Now)))
 	fc.refuse = true
-	b := newBreaker(t, fc, WithPolicy(tripPolicy()), WithMeterProvider(mt.mp), WithTracerProvider(tr.tp))
+	b := newBreaker(t, fc, WithPolicy(tripPolicy()), WithMeterProvider(mt.mp), WithTracerProvider(tr.tp), WithName("orders"))
 	calls := newTracedCalls(t, b, tr)
 	calls.call("ok", false)
 	calls.call("fails", true)
@@ -160,6 +160,10 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 		}
 		for _, set := range pointAttributes(t, m) {
 			for _, kv := range set.ToSlice() {
+				// Every metric carries the Breaker's name: said once, above the table.
+				if kv.Key == attrBreaker && strings.Contains(section, "`cbgrpc.breaker`") {
+					continue
+				}
 				if !documented(row, string(kv.Key)) {
 					lacks[fmt.Sprintf("%s lacks the attribute %s", m.Name, kv.Key)] = true
 				}
@@ -191,10 +195,7 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 	}
 	for s := closed; s <= disabled; s++ {
 		want["cbgrpc.transitions"] = append(want["cbgrpc.transitions"], s.String())
-		want["cbgrpc.state"] = append(want["cbgrpc.state"], fmt.Sprintf("%d", s))
-		if row, ok := rows["cbgrpc.state"]; ok && !strings.Contains(row[2], fmt.Sprintf("`%d` %s", s, s)) {
-			t.Errorf(telemetryDoc+": cbgrpc.state does not say that %d is %s", s, s)
-		}
+		want["cbgrpc.state"] = append(want["cbgrpc.state"], s.String())
 	}
 	for op := range b.tel.plainOps {
 		want["cbgrpc.coordinator.duration"] = append(want["cbgrpc.coordinator.duration"], op)

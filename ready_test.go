@@ -65,7 +65,7 @@ func (r *reports) count() int {
 // TestMisconfiguredRedisIsNamed: a wrong address, a wrong password, a
 // missing ACL grant and a replica each fail Ready naming the cause, and
 // within 2 s of the first call reach otel.Handle, once, with the
-// underlying error; the cbgrpc.error of the calls names the kind.
+// underlying error; the error.type of the calls names the kind.
 func TestMisconfiguredRedisIsNamed(t *testing.T) {
 	s := redistest.Start(t)
 	s.SetUser(t, "cbgrpc", "right", redistest.ACLGrant)
@@ -83,7 +83,7 @@ func TestMisconfiguredRedisIsNamed(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opt  *goredis.Options
-		kind string // the calls' cbgrpc.error
+		kind string // the calls' error.type
 		want []string
 		opts []Option
 	}{
@@ -145,10 +145,10 @@ func TestMisconfiguredRedisIsNamed(t *testing.T) {
 				}
 			}
 			if got := errorKind(report); got != tc.kind {
-				t.Errorf("cbgrpc.error of the report = %q, want %q", got, tc.kind)
+				t.Errorf("kind of the report = %q, want %q", got, tc.kind)
 			}
-			if n := mt.sum(t, "cbgrpc.coordinator.errors", attrError.String(tc.kind)); n == 0 {
-				t.Errorf("no cbgrpc.coordinator.errors with cbgrpc.error=%q", tc.kind)
+			if n := mt.sum(t, "cbgrpc.coordinator.errors", attrErrorType.String(tc.kind)); n == 0 {
+				t.Errorf("no cbgrpc.coordinator.errors with error.type=%q", tc.kind)
 			}
 		})
 	}

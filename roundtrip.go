@@ -149,7 +149,7 @@ func (b *Breaker) roundTrip(ctx context.Context, t exchange, f func(ctx context.
 			parent = trace.ContextWithSpanContext(ctx, sc)
 		}
 		b.caused(t.wg, a.transition, b.tel.transition(parent, a.transition, links))
-		b.notify.tell(*a.transition)
+		b.notify.tell(*a.transition, true)
 	}
 	return a, nil
 }
@@ -213,7 +213,7 @@ func retryable(ctx context.Context, err error) bool {
 		!errors.Is(err, context.Canceled)
 }
 
-// errorKind is the cbgrpc.error of err: the Breaker's own kinds first,
+// errorKind is the error.type of err: the Breaker's own kinds first,
 // then the coordinator's (kinded), else "error".
 func errorKind(err error) string {
 	switch {

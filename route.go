@@ -11,9 +11,10 @@ import (
 // routes remembers, for each target and method a Breaker meets, what its
 // calls share before their own options are read: whether the method is
 // left out, the scope (when the ScopeFunc depends on target and method
-// alone, as the built-in ones do), and the scope's row of the table. A
-// call then finds all three with one lookup instead of running the
-// exclusions, the ScopeFunc and the table's index each time.
+// alone, as the built-in ones do), the scope's row of the table, and the
+// calls' attributes in telemetry. A call then finds all four with one
+// lookup instead of running the exclusions, the ScopeFunc, the table's
+// index and telemetry's each time.
 type routes struct {
 	// known is copied on write: every call reads it, without a lock, and
 	// a process meets a new method or ClientConn rarely.
@@ -34,6 +35,7 @@ type route struct {
 	// row is the scope's row of the table, as last found (nil: not yet);
 	// the table may have dropped it since (knowledge.useRow).
 	row atomic.Pointer[known]
+	rpc *rpcMethod // the calls' attributes in telemetry (semconv.go)
 }
 
 // maxRoutes bounds the routes remembered: past it (a process that makes
@@ -84,10 +86,11 @@ func (rs *routes) add(target, method string, r *route) *route {
 	return r
 }
 
-// newRoute is the route of target and method under cfg: with a fixed
-// ScopeFunc, a method whose scope is "" is left out like an excluded one.
-func (rs *routes) newRoute(cfg *config, target, method string) *route {
-	r := &route{excluded: cfg.excluded.has(method)}
+// newRoute is the route of target and method under cfg, whose calls
+// telemetry names with rpc: with a fixed ScopeFunc, a method whose scope
+// is "" is left out like an excluded one.
+func (rs *routes) newRoute(cfg *config, target, method string, rpc *rpcMethod) *route {
+	r := &route{excluded: cfg.excluded.has(method), rpc: rpc}
 	if rs.fixed && !r.excluded {
 		r.scope = cfg.scope(context.Background(), target, method)
 		r.excluded = r.scope == ""

@@ -7,17 +7,18 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
 func TestRouteKeepsTheScopeOfABuiltInScopeFunc(t *testing.T) {
 	b := newBreaker(t, memory.New(), WithScope(ScopeByService))
-	c, err := routeOf(b, context.Background(), "dns:///users", "/users.v1.Users/Get", nil)
+	c, err := routeOf(b, context.Background(), conn(t, "dns:///users"), "/users.v1.Users/Get", nil)
 	if err != nil || c.scope != "dns:///users/users.v1.Users" || c.slot == nil {
 		t.Fatalf("route = %+v, %v; want the service's scope and a row kept by the route", c, err)
 	}
-	if c, _ := routeOf(b, context.Background(), "dns:///users", "/grpc.health.v1.Health/Check", nil); c.scope != "" {
+	if c, _ := routeOf(b, context.Background(), conn(t, "dns:///users"), "/grpc.health.v1.Health/Check", nil); c.scope != "" {
 		t.Fatalf("the health service's scope = %q, want it left out", c.scope)
 	}
 }
@@ -32,7 +33,7 @@ func TestRouteRunsAScopeFuncOfItsOwnForEachCall(t *testing.T) {
 	b := newBreaker(t, memory.New(), WithScope(byTenant))
 	for _, tenant := range []string{"a", "b"} {
 		ctx := context.WithValue(context.Background(), scopeKey{}, tenant)
-		c, err := routeOf(b, ctx, "t", "/s/M", nil)
+		c, err := routeOf(b, ctx, conn(t, "t"), "/s/M", nil)
 		if err != nil || c.scope != tenant+"/s/M" || c.slot != nil {
 			t.Fatalf("tenant %s: route = %+v, %v; want its own scope, found each call", tenant, c, err)
 		}
@@ -41,7 +42,7 @@ func TestRouteRunsAScopeFuncOfItsOwnForEachCall(t *testing.T) {
 
 func TestRouteFindsTheRowAgainOnceTheTableForgotIt(t *testing.T) {
 	b := newBreaker(t, memory.New())
-	c, _ := routeOf(b, context.Background(), "t", "/s/M", nil)
+	c, _ := routeOf(b, context.Background(), conn(t, "t"), "/s/M", nil)
 	_, first := b.known.useRow(c.slot, c.scope, time.Now())
 	if c.slot.Load() != first {
 		t.Fatal("the route does not keep the row it found")
@@ -60,9 +61,10 @@ func TestRouteFindsTheRowAgainOnceTheTableForgotIt(t *testing.T) {
 
 func TestRoutesPastTheirBoundStillDecide(t *testing.T) {
 	b := newBreaker(t, memory.New())
+	cc := conn(t, "t")
 	for i := range maxRoutes + 10 {
 		method := fmt.Sprintf("/s/M%d", i)
-		if c, err := routeOf(b, context.Background(), "t", method, nil); err != nil || c.scope != "t"+method {
+		if c, err := routeOf(b, context.Background(), cc, method, nil); err != nil || c.scope != "t"+method {
 			t.Fatalf("route %d = %+v, %v", i, c, err)
 		}
 	}
@@ -71,9 +73,20 @@ func TestRoutesPastTheirBoundStillDecide(t *testing.T) {
 	}
 }
 
+// conn is a ClientConn of target that is never used to send.
+func conn(t *testing.T, target string) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
 // routeOf is route as the tests read it: the call returned.
-func routeOf(b *Breaker, ctx context.Context, target, method string, opts []grpc.CallOption) (call, error) {
+func routeOf(b *Breaker, ctx context.Context, cc *grpc.ClientConn, method string, opts []grpc.CallOption) (call, error) {
 	var c call
-	err := b.route(ctx, &c, target, method, opts)
+	err := b.route(ctx, &c, cc, method, opts)
 	return c, err
 }

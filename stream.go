@@ -41,7 +41,7 @@ func Stream(c coordinator.Coordinator, opts ...Option) grpc.StreamClientIntercep
 func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		var c call
-		if err := b.route(ctx, &c, target(cc), method, opts); err != nil {
+		if err := b.route(ctx, &c, cc, method, opts); err != nil {
 			return nil, err
 		}
 		if c.scope == "" {

@@ -2,17 +2,12 @@ package cbgrpc
 
 import (
 	"context"
-	"maps"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
@@ -33,20 +28,11 @@ const (
 	attrVerdict    = attribute.Key("cbgrpc.verdict")
 	attrSource     = attribute.Key("cbgrpc.decided_by")
 	attrOperation  = attribute.Key("cbgrpc.operation")
-	attrError      = attribute.Key("cbgrpc.error")
 	attrPolicy     = attribute.Key("cbgrpc.failure_policy")
 	attrReplica    = attribute.Key("cbgrpc.replica")
 	attrOutlier    = attribute.Key("cbgrpc.outlier")
-)
-
-// Attribute keys of the OpenTelemetry semantic conventions for RPC, as
-// otelgrpc sets them, so that a rejected call reads like the calls it
-// traces.
-const (
-	attrRPCSystem     = attribute.Key("rpc.system")
-	attrRPCService    = attribute.Key("rpc.service")
-	attrRPCMethod     = attribute.Key("rpc.method")
-	attrRPCStatusCode = attribute.Key("rpc.grpc.status_code")
+	attrBreaker    = attribute.Key("cbgrpc.breaker")
+	attrCaused     = attribute.Key("cbgrpc.caused")
 )
 
 // decider is who decided an admission.
@@ -94,7 +80,10 @@ const maxLinks = 32
 type telemetry struct {
 	tracer         trace.Tracer
 	scopeInMetrics bool
-	rejectedSpans  bool
+	// base is what every metric carries: the Breaker's name, if any.
+	base []attribute.KeyValue
+
+	rejectedSpans bool
 	// dryRun: a rejection is a call let through (dryrun.go), counted as
 	// allowed by the dry run and marked with its own event.
 	dryRun bool
@@ -110,11 +99,14 @@ type telemetry struct {
 	states    metric.Int64ObservableGauge
 	outliers  metric.Int64ObservableGauge
 	observing metric.Registration
+	// byState holds the options of the state gauge without the scope, one
+	// per state, made once for every collection.
+	byState []metric.ObserveOption
 
-	// methods holds the options of decisions without the scope, made once
-	// per method: the cached admission path must not allocate per call.
-	// plainOps does the same for the latency of each coordinator
-	// operation, on the path of every admission that asks.
+	// methods holds the attributes of each method and the options of its
+	// decisions (semconv.go). plainOps holds the options of the latency of
+	// each coordinator operation, made once: on the path of every
+	// admission that asks, they must not allocate per call.
 	methods  rpcMethods
 	plainOps map[string][]metric.RecordOption
 	// plainDrops does the same for each reason of a drop: a busy scope
@@ -131,6 +123,9 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 		rejectedSpans:  c.rejectedSpans,
 		dryRun:         c.dryRun,
 	}
+	if c.name != "" {
+		t.base = []attribute.KeyValue{attrBreaker.String(c.name)}
+	}
 	m := c.mp.Meter(instrumentationName)
 	var err error
 	if t.decisions, err = m.Int64Counter("cbgrpc.decisions",
@@ -139,7 +134,7 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 		return nil, err
 	}
 	if t.transitions, err = m.Int64Counter("cbgrpc.transitions",
-		metric.WithDescription("Breaker transitions caused by this process's coordinator calls."),
+		metric.WithDescription("Breaker transitions this process learned of, once each: from its own coordinator calls (cbgrpc.caused true) or from the transition feed."),
 		metric.WithUnit("{transition}")); err != nil {
 		return nil, err
 	}
@@ -165,8 +160,8 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 		return nil, err
 	}
 	if t.states, err = m.Int64ObservableGauge("cbgrpc.state",
-		metric.WithDescription("State of each breaker this process used in the last window, as it knows it: 0 closed, 1 open, 2 half-open, 3 isolated, 4 disabled."),
-		metric.WithUnit("{state}")); err != nil {
+		metric.WithDescription("Breakers this process used in the last window, by state (cbgrpc.state), as it knows them; with the scope, 1 for the state each is in and 0 for the others."),
+		metric.WithUnit("{breaker}")); err != nil {
 		return nil, err
 	}
 	if t.outliers, err = m.Int64ObservableGauge("cbgrpc.outlier",
@@ -174,12 +169,13 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 		metric.WithUnit("{breaker}")); err != nil {
 		return nil, err
 	}
+	for s := range stateCount {
+		t.byState = append(t.byState, metric.WithAttributes(append([]attribute.KeyValue{attrState.String(s.String())}, t.base...)...))
+	}
 	if t.observing, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		k.states(time.Now(), func(scope string, s coordinator.State) {
-			o.ObserveInt64(t.states, int64(s), metric.WithAttributes(attrScope.String(scope)))
-		})
+		t.observeStates(o, k)
 		k.outliers(func(scope string) {
-			o.ObserveInt64(t.outliers, 1, metric.WithAttributes(attrScope.String(scope)))
+			o.ObserveInt64(t.outliers, 1, metric.WithAttributes(append([]attribute.KeyValue{attrScope.String(scope)}, t.base...)...))
 		})
 		return nil
 	}, t.states, t.outliers); err != nil {
@@ -187,13 +183,13 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 	}
 	t.plainOps = make(map[string][]metric.RecordOption)
 	for _, op := range operations {
-		t.plainOps[op] = []metric.RecordOption{metric.WithAttributes(attrOperation.String(op))}
+		t.plainOps[op] = []metric.RecordOption{metric.WithAttributes(append([]attribute.KeyValue{attrOperation.String(op)}, t.base...)...)}
 	}
 	t.plainDrops = make(map[string][]metric.AddOption)
 	for _, reason := range dropReasons {
-		t.plainDrops[reason] = []metric.AddOption{metric.WithAttributes(attrReason.String(reason))}
+		t.plainDrops[reason] = []metric.AddOption{metric.WithAttributes(append([]attribute.KeyValue{attrReason.String(reason)}, t.base...)...)}
 	}
-	t.methods.init()
+	t.methods.init(t.base)
 	return t, nil
 }
 
@@ -205,31 +201,77 @@ var operations = []string{"admit", "record", "settle", "push", "isolate", "relea
 // stop ends what telemetry does on its own: observing the table.
 func (t *telemetry) stop() error { return t.observing.Unregister() }
 
-// attrs returns kvs, plus the scope when the user asked for it.
+// attrs returns kvs and the Breaker's name, plus the scope when the user
+// asked for it.
 func (t *telemetry) attrs(scope string, kvs ...attribute.KeyValue) metric.MeasurementOption {
+	kvs = append(kvs, t.base...)
 	if t.scopeInMetrics {
 		kvs = append(kvs, attrScope.String(scope))
 	}
 	return metric.WithAttributes(kvs...)
 }
 
-// decision counts one admission of a call of method ("/pkg.Service/Method").
-// A dry run's rejection counts as a call its dry run let through.
-func (t *telemetry) decision(ctx context.Context, scope, method string, v coordinator.Verdict, by decider) {
+// stateCount is how many states there are, from closed to disabled.
+const stateCount = coordinator.StateDisabled + 1
+
+// observeStates observes the state gauge as a state set: with the scope,
+// each scope k knows has a point per state, 1 for the one it is in and 0
+// for the others; without, a point per state counts the scopes in it.
+// Either way a sum or a max by state means what it says.
+func (t *telemetry) observeStates(o metric.Observer, k *knowledge) {
+	if !t.scopeInMetrics {
+		var n [stateCount]int64
+		k.states(time.Now(), func(_ string, s coordinator.State) {
+			if s < stateCount {
+				n[s]++
+			}
+		})
+		for s := range stateCount {
+			o.ObserveInt64(t.states, n[s], t.byState[s])
+		}
+		return
+	}
+	k.states(time.Now(), func(scope string, in coordinator.State) {
+		for s := range stateCount {
+			var v int64
+			if s == in {
+				v = 1
+			}
+			o.ObserveInt64(t.states, v, metric.WithAttributes(append([]attribute.KeyValue{attrState.String(s.String()), attrScope.String(scope)}, t.base...)...))
+		}
+	})
+}
+
+// rpcOf returns the attributes of c's method: its route's, or for a call
+// that came with none, its method's on no ClientConn.
+func (t *telemetry) rpcOf(c *call) *rpcMethod {
+	if c.rpc != nil {
+		return c.rpc
+	}
+	return t.methods.get(nil, c.method)
+}
+
+// decision counts one admission of c. A dry run's rejection counts as a
+// call its dry run let through.
+func (t *telemetry) decision(ctx context.Context, c *call, v coordinator.Verdict, by decider) {
 	if t.dryRun && v == coordinator.Reject {
 		v, by = coordinator.Allow, byDryRun
 	}
-	m := t.methods.get(method)
+	m := t.rpcOf(c)
 	if !t.scopeInMetrics && v >= 0 && int(v) < len(m.decisions) {
 		t.decisions.Add(ctx, 1, m.decisions[v][by]...)
 		return
 	}
-	kvs := append([]attribute.KeyValue{attrVerdict.String(v.String()), attrSource.String(by.String())}, m.attrs...)
-	t.decisions.Add(ctx, 1, t.attrs(scope, kvs...))
+	kvs := []attribute.KeyValue{attrVerdict.String(v.String()), attrSource.String(by.String())}
+	if t.scopeInMetrics {
+		kvs = append(kvs, attrScope.String(c.scope))
+	}
+	// m.attrs carries the Breaker's name already.
+	t.decisions.Add(ctx, 1, metric.WithAttributes(append(kvs, m.attrs...)...))
 }
 
 func (t *telemetry) feedLost(ctx context.Context, err error) {
-	t.feedLosses.Add(ctx, 1, metric.WithAttributes(attrError.String(errorKind(err))))
+	t.feedLosses.Add(ctx, 1, metric.WithAttributes(append([]attribute.KeyValue{attrErrorType.String(errorKind(err))}, t.base...)...))
 }
 
 func (t *telemetry) drop(scope, reason string, n int) {
@@ -247,19 +289,25 @@ func (t *telemetry) coordinatorCall(ctx context.Context, scope, op string, d tim
 		t.latency.Record(ctx, d.Seconds(), t.attrs(scope, attrOperation.String(op)))
 	}
 	if err != nil {
-		t.errors.Add(ctx, 1, t.attrs(scope, attrOperation.String(op), attrError.String(errorKind(err))))
+		t.errors.Add(ctx, 1, t.attrs(scope, attrOperation.String(op), attrErrorType.String(errorKind(err))))
 	}
+}
+
+// learned counts one transition this process learned of (notify.go),
+// whether its own coordinator call caused it or the feed told of it. A
+// transition of this replica alone (an outlier's) says so, with
+// cbgrpc.outlier.
+func (t *telemetry) learned(tr coordinator.Transition, caused bool) {
+	t.transitions.Add(context.Background(), 1, t.attrs(tr.Scope, attrFrom.String(tr.From.String()), attrTo.String(tr.To.String()),
+		attrOutlier.Bool(tr.Replica != ""), attrCaused.Bool(caused)))
 }
 
 // transition emits the span of one transition this process caused: a child
 // of parent's span (a root span when it has none), linked to links.
-// A transition of this replica alone (an outlier's) says so: the metric
-// with cbgrpc.outlier, the span with the replica's ID as well. It returns
-// the span's context when the span records, the cause of the state the
-// transition moved to (cause.go); else the zero one.
+// A transition of this replica alone (an outlier's) carries the replica's
+// ID. It returns the span's context when the span records, the cause of
+// the state the transition moved to (cause.go); else the zero one.
 func (t *telemetry) transition(parent context.Context, tr *coordinator.Transition, links []trace.Link) trace.SpanContext {
-	t.transitions.Add(parent, 1, t.attrs(tr.Scope, attrFrom.String(tr.From.String()), attrTo.String(tr.To.String()),
-		attrOutlier.Bool(tr.Replica != "")))
 	kvs := []attribute.KeyValue{
 		attrScope.String(tr.Scope),
 		attrFrom.String(tr.From.String()),
@@ -284,15 +332,15 @@ func (t *telemetry) transition(parent context.Context, tr *coordinator.Transitio
 	return span.SpanContext()
 }
 
-// rejected shows a rejected call of method, which began at start, where a
-// tracing user looks: an event on the caller's span when it records, and
-// a short client span of the call's own, in the OpenTelemetry RPC
-// conventions. The breaker runs above otelgrpc's stats handler, which never
+// rejected shows the rejected call c where a tracing user looks: an event
+// on the caller's span when it records, and a short client span of the
+// call's own, named and attributed as otelgrpc's client span of the call
+// would be, from when the call began. The breaker runs above otelgrpc's stats handler, which never
 // sees a call that is not sent: without this span a rejection would be
 // missing from the traces that show every other call. Both link to cause,
 // when valid: the span that recorded the transition behind the rejection,
 // in whichever replica's trace (cause.go).
-func (t *telemetry) rejected(ctx context.Context, method string, start time.Time, e *OpenError, by decider, cause trace.SpanContext) {
+func (t *telemetry) rejected(ctx context.Context, c *call, e *OpenError, by decider, cause trace.SpanContext) {
 	kvs := []attribute.KeyValue{
 		attrScope.String(e.Scope),
 		attrState.String(e.State.String()),
@@ -318,13 +366,13 @@ func (t *telemetry) rejected(ctx context.Context, method string, start time.Time
 	if !t.rejectedSpans || t.dryRun {
 		return
 	}
-	name, rpc := rpcAttrs(method)
-	_, span := t.tracer.Start(ctx, name,
+	m := t.rpcOf(c)
+	_, span := t.tracer.Start(ctx, m.name,
 		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithTimestamp(wall(start)),
+		trace.WithTimestamp(wall(c.start)),
 		trace.WithLinks(links...),
-		trace.WithAttributes(rpc...),
-		trace.WithAttributes(attrRPCStatusCode.Int64(int64(codes.Unavailable))),
+		trace.WithAttributes(m.span...),
+		trace.WithAttributes(attrRPCStatusCode.String(statusUnavailable)),
 		trace.WithAttributes(kvs...))
 	span.SetStatus(otelcodes.Error, e.Error())
 	span.End()
@@ -344,92 +392,7 @@ func coordinatorFailure(ctx context.Context, scope string, v coordinator.Verdict
 		attrPolicy.String(p.String()),
 	}
 	if cause != nil {
-		kvs = append(kvs, attrError.String(cause.Error()))
+		kvs = append(kvs, attrErrorType.String(errorKind(cause)))
 	}
 	span.AddEvent(eventCoordinatorFailure, trace.WithAttributes(kvs...))
-}
-
-// maxMethods bounds the methods the decision metric names. A process calls
-// the methods of the services it was built against, but one that makes
-// method names at run time (a proxy, a reflective client) must not grow
-// the number of time series without end: past the bound, methods read
-// "_OTHER", as the semantic conventions name values they do not know.
-const maxMethods = 1000
-
-// rpcMethods holds what the decision metric says of each method, made on
-// its first call.
-type rpcMethods struct {
-	// known is copied on write: every call reads it, without a lock, and
-	// a process meets a new method rarely.
-	known atomic.Pointer[map[string]*rpcMethod]
-	mu    sync.Mutex // serialises writers
-	other *rpcMethod
-}
-
-// rpcMethod is the attributes of one method and the options of its
-// decisions, by verdict and by decider.
-type rpcMethod struct {
-	attrs     []attribute.KeyValue
-	decisions [coordinator.Reject + 1][deciders][]metric.AddOption
-}
-
-func (ms *rpcMethods) init() {
-	ms.known.Store(&map[string]*rpcMethod{})
-	ms.other = newRPCMethod([]attribute.KeyValue{attrRPCSystem.String("grpc"),
-		attrRPCService.String("_OTHER"), attrRPCMethod.String("_OTHER")})
-}
-
-func (ms *rpcMethods) get(full string) *rpcMethod {
-	if m := (*ms.known.Load())[full]; m != nil {
-		return m
-	}
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	old := *ms.known.Load()
-	if m := old[full]; m != nil {
-		return m
-	}
-	if len(old) >= maxMethods {
-		return ms.other
-	}
-	_, kvs := rpcAttrs(full)
-	m := newRPCMethod(kvs)
-	known := make(map[string]*rpcMethod, len(old)+1)
-	maps.Copy(known, old)
-	known[full] = m
-	ms.known.Store(&known)
-	return m
-}
-
-func newRPCMethod(kvs []attribute.KeyValue) *rpcMethod {
-	m := &rpcMethod{attrs: kvs}
-	for v := range m.decisions {
-		for by := range m.decisions[v] {
-			all := append([]attribute.KeyValue{attrVerdict.String(coordinator.Verdict(v).String()), attrSource.String(decider(by).String())}, kvs...)
-			m.decisions[v][by] = []metric.AddOption{metric.WithAttributes(all...)}
-		}
-	}
-	return m
-}
-
-// rpcAttrs returns the span name ("pkg.Service/Method") and the RPC
-// attributes of a full method ("/pkg.Service/Method"), read as otelgrpc
-// reads them.
-func rpcAttrs(full string) (name string, kvs []attribute.KeyValue) {
-	kvs = []attribute.KeyValue{attrRPCSystem.String("grpc")}
-	if !strings.HasPrefix(full, "/") {
-		return full, kvs
-	}
-	name = full[1:]
-	i := strings.LastIndexByte(name, '/')
-	if i < 0 {
-		return name, kvs
-	}
-	if service := name[:i]; service != "" {
-		kvs = append(kvs, attrRPCService.String(service))
-	}
-	if method := name[i+1:]; method != "" {
-		kvs = append(kvs, attrRPCMethod.String(method))
-	}
-	return name, kvs
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -171,13 +173,15 @@ func TestScopeOutOfMetricsByDefault(t *testing.T) {
 type tracedCalls struct {
 	svc    *service
 	scope  string // of EmptyCall
+	addr   string // the server's, "127.0.0.1:port"
 	client testgrpc.TestServiceClient
 	tracer trace.Tracer // nil: the calls have no span
 }
 
 func newTracedCalls(t *testing.T, b *Breaker, tr *tracing) *tracedCalls {
 	c := &tracedCalls{svc: &service{}}
-	cc := dial(t, serveTest(t, c.svc), b)
+	c.addr = serveTest(t, c.svc)
+	cc := dial(t, c.addr, b)
 	c.client = testgrpc.NewTestServiceClient(cc)
 	c.scope = ScopeByMethod(context.Background(), cc.Target(), testMethod)
 	if tr != nil {
@@ -314,6 +318,8 @@ func TestRejectedCallSpan(t *testing.T) {
 				t.Fatal(err)
 			}
 			tripScope(t, m, calls.scope, p)
+			_, portText, _ := net.SplitHostPort(calls.addr)
+			port, _ := strconv.Atoi(portText)
 			before := time.Now()
 			caller, err := calls.call("rejected", false)
 			if !errors.Is(err, ErrOpen) {
@@ -322,8 +328,8 @@ func TestRejectedCallSpan(t *testing.T) {
 			if n := len(tr.events(eventRejected)); n != 1 {
 				t.Errorf("%d rejection events on the caller's span, want 1", n)
 			}
-			if got := mt.sum(t, "cbgrpc.decisions", attrVerdict.String("reject"), attrRPCSystem.String("grpc"),
-				attrRPCService.String("grpc.testing.TestService"), attrRPCMethod.String("EmptyCall")); got != 1 {
+			if got := mt.sum(t, "cbgrpc.decisions", attrVerdict.String("reject"), attrRPCSystemName.String("grpc"),
+				attrRPCMethod.String("grpc.testing.TestService/EmptyCall"), attrServerAddress.String("127.0.0.1"), attrServerPort.Int(port)); got != 1 {
 				t.Errorf("reject decisions of grpc.testing.TestService/EmptyCall = %d, want 1", got)
 			}
 			spans := tr.spans(name)
@@ -347,10 +353,11 @@ func TestRejectedCallSpan(t *testing.T) {
 				t.Errorf("span from %v to %v, want within the call, after %v", s.StartTime(), s.EndTime(), before)
 			}
 			for key, want := range map[attribute.Key]attribute.Value{
-				attrRPCSystem:     attribute.StringValue("grpc"),
-				attrRPCService:    attribute.StringValue("grpc.testing.TestService"),
-				attrRPCMethod:     attribute.StringValue("EmptyCall"),
-				attrRPCStatusCode: attribute.Int64Value(14),
+				attrRPCSystemName: attribute.StringValue("grpc"),
+				attrRPCMethod:     attribute.StringValue("grpc.testing.TestService/EmptyCall"),
+				attrRPCStatusCode: attribute.StringValue("UNAVAILABLE"),
+				attrServerAddress: attribute.StringValue("127.0.0.1"),
+				attrServerPort:    attribute.IntValue(port),
 				attrScope:         attribute.StringValue(calls.scope),
 				attrState:         attribute.StringValue("open"),
 				attrSource:        attribute.StringValue("coordinator"),
@@ -364,48 +371,5 @@ func TestRejectedCallSpan(t *testing.T) {
 				t.Errorf("%s = %v, want the rest of the open period", attrRetryAfter, ms.Emit())
 			}
 		})
-	}
-}
-
-// Past maxMethods, methods made at run time share one set of attributes:
-// the decision metric's time series stay bounded.
-func TestDecisionMethodsAreBounded(t *testing.T) {
-	var ms rpcMethods
-	ms.init()
-	for i := range maxMethods {
-		if m := ms.get(fmt.Sprintf("/svc.S/M%d", i)); m == ms.other {
-			t.Fatalf("method %d of %d read _OTHER", i, maxMethods)
-		}
-	}
-	if ms.get("/svc.S/M0") == ms.other {
-		t.Error("a known method read _OTHER")
-	}
-	m := ms.get("/svc.S/OneTooMany")
-	if m != ms.other {
-		t.Fatalf("method %d has attributes %v, want _OTHER", maxMethods+1, m.attrs)
-	}
-	if set := attribute.NewSet(m.attrs...); must(set.Value(attrRPCMethod)).AsString() != "_OTHER" {
-		t.Errorf("attributes %v, want rpc.method _OTHER", m.attrs)
-	}
-}
-
-// rpcAttrs reads a full method as otelgrpc does.
-func TestRPCAttributes(t *testing.T) {
-	for _, c := range []struct {
-		full, name, service, method string
-	}{
-		{"/grpc.testing.TestService/EmptyCall", "grpc.testing.TestService/EmptyCall", "grpc.testing.TestService", "EmptyCall"},
-		{"/pkg.v1.Svc/", "pkg.v1.Svc/", "pkg.v1.Svc", ""},
-		{"/NoService", "NoService", "", ""},
-		{"no/slash", "no/slash", "", ""},
-	} {
-		name, kvs := rpcAttrs(c.full)
-		set := attribute.NewSet(kvs...)
-		service, _ := set.Value(attrRPCService)
-		method, _ := set.Value(attrRPCMethod)
-		system, _ := set.Value(attrRPCSystem)
-		if name != c.name || service.AsString() != c.service || method.AsString() != c.method || system.AsString() != "grpc" {
-			t.Errorf("%q: %q %v; want name %q, service %q, method %q", c.full, name, kvs, c.name, c.service, c.method)
-		}
 	}
 }

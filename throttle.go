@@ -56,7 +56,7 @@ func (b *Breaker) throttling(ctx context.Context, c *call, w window, p *coordina
 	e := &OpenError{Scope: c.scope, State: coordinator.StateClosed,
 		Reason: fmt.Sprintf("throttled, %d%% of calls rejected: the fleet's window holds %d requests and %d accepted",
 			int(share*100), w.calls+w.throttled, w.calls-w.failures)}
-	b.tel.decision(ctx, c.scope, c.method, coordinator.Reject, byThrottle)
-	b.tel.rejected(ctx, c.method, c.start, e, byThrottle, trace.SpanContext{})
+	b.tel.decision(ctx, c, coordinator.Reject, byThrottle)
+	b.tel.rejected(ctx, c, e, byThrottle, trace.SpanContext{})
 	return e
 }

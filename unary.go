@@ -38,7 +38,7 @@ func Unary(c coordinator.Coordinator, opts ...Option) grpc.UnaryClientIntercepto
 func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		var c call
-		if err := b.route(ctx, &c, target(cc), method, opts); err != nil {
+		if err := b.route(ctx, &c, cc, method, opts); err != nil {
 			return err
 		}
 		if c.scope == "" {

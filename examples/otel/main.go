@@ -21,7 +21,8 @@
 // the metrics, point Prometheus at the -metrics address and run with -hold
 // so that it has time to scrape: cbgrpc_decisions_total and
 // cbgrpc_transitions_total (rates by cbgrpc_verdict, cbgrpc_state_from and
-// cbgrpc_state_to) and the cbgrpc_state gauge (by cbgrpc_scope).
+// cbgrpc_state_to) and the cbgrpc_state gauge (by cbgrpc_state and
+// cbgrpc_breaker, the replica).
 package main
 
 import (
@@ -234,9 +235,12 @@ func scenario(ctx context.Context, out *transitions, tp *sdktrace.TracerProvider
 	// before it tells its callback, so once all three told, the metrics
 	// hold it.
 	var reclosed atomic.Int32
-	for range 3 {
+	for i := range 3 {
 		var once sync.Once
 		b, err := cbgrpc.New(coord,
+			// Replicas are processes of their own in production; here,
+			// in one, a name each keeps their series apart.
+			cbgrpc.WithName(fmt.Sprintf("replica-%d", i+1)),
 			cbgrpc.WithOnTransition(func(tr coordinator.Transition) {
 				if tr.From == coordinator.StateHalfOpen && tr.To == coordinator.StateClosed {
 					once.Do(func() { reclosed.Add(1) })

@@ -228,32 +228,47 @@ func TestOTelExportsToCollectorAndPrometheus(t *testing.T) {
 			min    float64
 			max    float64 // 0: no maximum
 		}{
-			{"cbgrpc_decisions_total", dto.MetricType_COUNTER, []string{"cbgrpc_verdict", "allow", "rpc_method", "EmptyCall"}, 1, 0},
+			{"cbgrpc_decisions_total", dto.MetricType_COUNTER, []string{"cbgrpc_verdict", "allow", "rpc_method", "grpc.testing.TestService/EmptyCall"}, 1, 0},
 			{"cbgrpc_decisions_total", dto.MetricType_COUNTER, []string{"cbgrpc_verdict", "reject"}, 1, 0},
 			{"cbgrpc_decisions_total", dto.MetricType_COUNTER, []string{"cbgrpc_verdict", "probe"}, 1, 0},
-			{"cbgrpc_transitions_total", dto.MetricType_COUNTER, []string{"cbgrpc_state_from", "closed", "cbgrpc_state_to", "open"}, 1, 1},
+			// The replica that caused a transition counts it caused; the
+			// others count it as they heard it, the trip long before the
+			// scrape.
+			{"cbgrpc_transitions_total", dto.MetricType_COUNTER, []string{"cbgrpc_state_from", "closed", "cbgrpc_state_to", "open", "cbgrpc_caused", "true"}, 1, 1},
+			{"cbgrpc_transitions_total", dto.MetricType_COUNTER, []string{"cbgrpc_state_from", "closed", "cbgrpc_state_to", "open"}, 3, 3},
 			{"cbgrpc_transitions_total", dto.MetricType_COUNTER, []string{"cbgrpc_state_from", "open", "cbgrpc_state_to", "half-open"}, 1, 0},
-			{"cbgrpc_transitions_total", dto.MetricType_COUNTER, []string{"cbgrpc_state_from", "half-open", "cbgrpc_state_to", "closed"}, 1, 1},
+			{"cbgrpc_transitions_total", dto.MetricType_COUNTER, []string{"cbgrpc_state_from", "half-open", "cbgrpc_state_to", "closed", "cbgrpc_caused", "true"}, 1, 1},
 		} {
 			if v := value(c.name, c.typ, c.labels...); v < c.min || c.max > 0 && v > c.max {
 				t.Errorf("%s%v = %v; want from %v to %v", c.name, c.labels, v, c.min, c.max)
 			}
 		}
-		// The state gauge: every replica saw the breaker closed again.
+		// The state gauge: every replica, a series of its own, saw the
+		// breaker closed again.
 		g, ok := families["cbgrpc_state"]
 		if !ok || g.GetType() != dto.MetricType_GAUGE || len(g.GetMetric()) == 0 {
 			t.Fatalf("cbgrpc_state: %v; want a gauge with a series\n%s", g, scrape)
 		}
+		closedBy := make(map[string]float64)
 		for _, m := range g.GetMetric() {
-			var scopeLabel string
+			labels := make(map[string]string)
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "cbgrpc_scope" {
-					scopeLabel = l.GetValue()
-				}
+				labels[l.GetName()] = l.GetValue()
 			}
-			if scopeLabel != scope || m.GetGauge().GetValue() != 0 {
-				t.Errorf("cbgrpc_state series %v; want cbgrpc_scope=%q, 0 (closed)", m, scope)
+			if _, ok := labels["cbgrpc_scope"]; ok {
+				t.Errorf("cbgrpc_state series %v has the scope, not asked for", m)
 			}
+			want := 0.0
+			if labels["cbgrpc_state"] == "closed" {
+				want = 1
+				closedBy[labels["cbgrpc_breaker"]] = m.GetGauge().GetValue()
+			}
+			if m.GetGauge().GetValue() != want {
+				t.Errorf("cbgrpc_state series %v; want %v breakers %s", m, want, labels["cbgrpc_state"])
+			}
+		}
+		if len(closedBy) != 3 {
+			t.Errorf("cbgrpc_state closed by replica: %v; want the 3 replicas", closedBy)
 		}
 		var excerpt []string
 		for _, line := range strings.Split(string(scrape), "\n") {

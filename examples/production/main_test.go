@@ -45,10 +45,10 @@ func checkRun(t *testing.T, cfg config) string {
 		"rejected by the breaker, not sent (open, retry after ",
 		"-- the inventory database is back\n",
 		"   ** inventory: half-open -> closed (",
-		`cbgrpc_transitions_total{cbgrpc_outlier="false",cbgrpc_state_from="closed",cbgrpc_state_to="open"} 1`,
-		`cbgrpc_transitions_total{cbgrpc_outlier="false",cbgrpc_state_from="half-open",cbgrpc_state_to="closed"} 1`,
+		`cbgrpc_transitions_total{cbgrpc_caused="true",cbgrpc_outlier="false",cbgrpc_state_from="closed",cbgrpc_state_to="open"} 1`,
+		`cbgrpc_transitions_total{cbgrpc_caused="true",cbgrpc_outlier="false",cbgrpc_state_from="half-open",cbgrpc_state_to="closed"} 1`,
 		`cbgrpc_decisions_total{cbgrpc_decided_by="cache",cbgrpc_verdict="reject",`,
-		`cbgrpc_state{cbgrpc_scope="inventory"} 0`,
+		`cbgrpc_state{cbgrpc_state="closed"} 1`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the example does not print %q:\n%s", want, text)

@@ -402,7 +402,7 @@ func (r *replica) metrics(rep *Report) {
 					rep.FeedLosses += dp.Value
 				case "cbgrpc.coordinator.errors":
 					rep.CoordErrs += dp.Value
-					rep.CoordErrsBy[str("cbgrpc.operation")+"/"+str("cbgrpc.error")] += dp.Value
+					rep.CoordErrsBy[str("cbgrpc.operation")+"/"+str("error.type")] += dp.Value
 				}
 			}
 		}

@@ -1,0 +1,177 @@
+package cbgrpc
+
+import (
+	"maps"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// Attribute keys of the OpenTelemetry semantic conventions v1.43.0, the
+// version otelgrpc v0.72 follows, set as it sets them: a rejected call's
+// span then reads like the spans of the calls otelgrpc traces, and the
+// metrics join its rpc.client.call.duration on rpc.method.
+const (
+	attrRPCSystemName = attribute.Key("rpc.system.name")
+	attrRPCMethod     = attribute.Key("rpc.method")
+	attrRPCStatusCode = attribute.Key("rpc.response.status_code")
+	attrServerAddress = attribute.Key("server.address")
+	attrServerPort    = attribute.Key("server.port")
+	attrErrorType     = attribute.Key("error.type")
+)
+
+// statusUnavailable is the value of rpc.response.status_code for a
+// rejected call: the name of the code, as the conventions spell it.
+const statusUnavailable = "UNAVAILABLE"
+
+// maxMethods bounds the methods the decision metric names. A process calls
+// the methods of the services it was built against, but one that makes
+// method names or ClientConns at run time (a proxy, a reflective client)
+// must not grow the number of time series without end: past the bound,
+// methods read "_OTHER" in metrics, as the semantic conventions name
+// values they do not know. Spans, which make no series, still name them.
+const maxMethods = 1000
+
+// rpcMethods holds the attributes of each target and method, made on the
+// first call.
+type rpcMethods struct {
+	// known is copied on write: every call reads it, without a lock, and
+	// a process meets a new method rarely.
+	known atomic.Pointer[map[routeKey]*rpcMethod]
+	mu    sync.Mutex // serialises writers
+	// base is what every metric carries (the Breaker's name).
+	base  []attribute.KeyValue
+	other *rpcMetrics
+}
+
+// rpcMethod is what telemetry says of the calls of one method on one
+// ClientConn's target.
+type rpcMethod struct {
+	name string               // the span's: "pkg.Service/Method"
+	span []attribute.KeyValue // rpc.method, rpc.system.name, server.*
+	// rpcMetrics is the method's own, or past maxMethods the one of
+	// "_OTHER" that such methods share.
+	*rpcMetrics
+}
+
+// rpcMetrics is the attributes of a method in metrics and the options of
+// its decisions, by verdict and by decider, made once: the cached
+// admission path must not allocate per call.
+type rpcMetrics struct {
+	attrs     []attribute.KeyValue
+	decisions [coordinator.Reject + 1][deciders][]metric.AddOption
+}
+
+func (ms *rpcMethods) init(base []attribute.KeyValue) {
+	ms.known.Store(&map[routeKey]*rpcMethod{})
+	ms.base = base
+	ms.other = ms.newMetrics([]attribute.KeyValue{attrRPCMethod.String("_OTHER"), attrRPCSystemName.String("grpc")})
+}
+
+// get returns the attributes of full ("/pkg.Service/Method") called on
+// cc (nil: none known).
+func (ms *rpcMethods) get(cc *grpc.ClientConn, full string) *rpcMethod {
+	key := routeKey{target(cc), full}
+	if m := (*ms.known.Load())[key]; m != nil {
+		return m
+	}
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	old := *ms.known.Load()
+	if m := old[key]; m != nil {
+		return m
+	}
+	name, kvs := rpcAttrs(full)
+	if cc != nil {
+		kvs = append(kvs, serverAttrs(cc.CanonicalTarget())...)
+	}
+	m := &rpcMethod{name: name, span: kvs}
+	if len(old) >= maxMethods {
+		m.rpcMetrics = ms.other
+		return m
+	}
+	m.rpcMetrics = ms.newMetrics(kvs)
+	known := make(map[routeKey]*rpcMethod, len(old)+1)
+	maps.Copy(known, old)
+	known[key] = m
+	ms.known.Store(&known)
+	return m
+}
+
+func (ms *rpcMethods) newMetrics(kvs []attribute.KeyValue) *rpcMetrics {
+	m := &rpcMetrics{attrs: append(kvs[:len(kvs):len(kvs)], ms.base...)}
+	for v := range m.decisions {
+		for by := range m.decisions[v] {
+			all := append([]attribute.KeyValue{attrVerdict.String(coordinator.Verdict(v).String()), attrSource.String(decider(by).String())}, m.attrs...)
+			m.decisions[v][by] = []metric.AddOption{metric.WithAttributes(all...)}
+		}
+	}
+	return m
+}
+
+// rpcAttrs returns the span name ("pkg.Service/Method") and the RPC
+// attributes of a full method ("/pkg.Service/Method"), read as otelgrpc
+// reads them: rpc.method is the whole name, service and method.
+func rpcAttrs(full string) (name string, kvs []attribute.KeyValue) {
+	if !strings.HasPrefix(full, "/") {
+		return full, []attribute.KeyValue{attrRPCSystemName.String("grpc")}
+	}
+	name = full[1:]
+	return name, []attribute.KeyValue{attrRPCMethod.String(name), attrRPCSystemName.String("grpc")}
+}
+
+// serverAttrs returns server.address and server.port of a ClientConn's
+// canonical target ("dns:///api.example.com:443", "passthrough:///10.0.0.7:80",
+// "unix:///run/api.sock"), read as otelgrpc reads a dial target: the
+// endpoint's host and numeric port, the path of a unix socket, and the
+// whole target when no endpoint can be read from it.
+func serverAttrs(target string) []attribute.KeyValue {
+	if host, port, ok := hostPort(target); ok && port >= 0 {
+		return []attribute.KeyValue{attrServerAddress.String(host), attrServerPort.Int(port)}
+	}
+	u, err := url.Parse(target)
+	if err != nil {
+		return []attribute.KeyValue{attrServerAddress.String(target)}
+	}
+	endpoint := u.Path
+	if u.Scheme != "unix" && u.Scheme != "unix-abstract" {
+		// The slash before the endpoint is the URI's, but a socket's path
+		// begins with its own.
+		endpoint = strings.TrimPrefix(endpoint, "/")
+	}
+	if endpoint == "" {
+		endpoint = u.Opaque
+	}
+	if endpoint == "" {
+		return []attribute.KeyValue{attrServerAddress.String(target)}
+	}
+	host, port, ok := hostPort(endpoint)
+	switch {
+	case !ok:
+		return []attribute.KeyValue{attrServerAddress.String(endpoint)}
+	case port < 0:
+		return []attribute.KeyValue{attrServerAddress.String(host)}
+	}
+	return []attribute.KeyValue{attrServerAddress.String(host), attrServerPort.Int(port)}
+}
+
+// hostPort splits s as "host:port"; port is -1 when it is not a number.
+func hostPort(s string) (host string, port int, ok bool) {
+	host, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, false
+	}
+	if port, err = strconv.Atoi(p); err != nil {
+		return host, -1, true
+	}
+	return host, port, true
+}
