@@ -63,12 +63,13 @@ func (d *doctor) checkServer(ctx context.Context, n *goredis.Client) serverVersi
 	case s["redis_mode"] == "cluster" && !cluster:
 		d.add(check, d.node(n), statusFail, found+"; a Cluster node, reached as a single server",
 			"give --cluster, and the services a cluster client (goredis.NewClusterClient)")
-	case cluster && !v.atLeast(7, 0):
-		d.add(check, d.node(n), statusFail, found+"; on a Cluster the coordinator's scripts publish with SPUBLISH",
-			"upgrade the Cluster to Redis 7.0 or later (or Valkey 7.2 or later)")
 	case !v.atLeast(6, 2):
 		d.add(check, d.node(n), statusWarn, found+"; older than Redis 6.2, the oldest the project supports",
 			"upgrade to Redis 6.2 or later")
+	case cluster && !v.atLeast(7, 0):
+		// The coordinator learns it (coordinator/redis features.go) and
+		// publishes with PUBLISH, which every node hears of.
+		d.add(check, d.node(n), statusOK, found+"; on this Cluster the coordinator publishes with PUBLISH, which every node relays to its subscribers", "")
 	default:
 		d.add(check, d.node(n), statusOK, found, "")
 	}
