@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -57,10 +58,12 @@ func (d *doctor) checkServer(ctx context.Context, n *goredis.Client) serverVersi
 	if s["server_name"] == "valkey" || s["valkey_version"] != "" {
 		name = fmt.Sprintf("Valkey %s (Redis %s compatible)", s["valkey_version"], s["redis_version"])
 	}
-	found := fmt.Sprintf("%s, %s mode: %s", name, s["redis_mode"], v.features())
+	// Valkey 8 renamed redis_mode.
+	mode := cmp.Or(s["redis_mode"], s["server_mode"])
+	found := fmt.Sprintf("%s, %s mode: %s", name, mode, v.features())
 	_, cluster := d.e.client.(*goredis.ClusterClient)
 	switch {
-	case s["redis_mode"] == "cluster" && !cluster:
+	case mode == "cluster" && !cluster:
 		d.add(check, d.node(n), statusFail, found+"; a Cluster node, reached as a single server",
 			"give --cluster, and the services a cluster client (goredis.NewClusterClient)")
 	case !v.atLeast(6, 2):
