@@ -112,12 +112,9 @@ func dryRun(ctx context.Context, n *goredis.Client, user string, g []grantComman
 // getUserDenied returns the rules of g that user's rules, as ACL GETUSER
 // gives them, leave out.
 func (d *doctor) getUserDenied(ctx context.Context, n *goredis.Client, user string, g []grantCommand) ([]string, error) {
-	u, found, err := getUser(ctx, n, user)
-	switch {
-	case err != nil:
+	u, err := getUser(ctx, n, user)
+	if err != nil {
 		return nil, err
-	case !found:
-		return nil, fmt.Errorf("ACL GETUSER %s: %w", user, errNoUser)
 	}
 	return u.denied(ctx, n, g, d.e.prefix)
 }

@@ -22,15 +22,15 @@ type aclUser struct {
 	channels []string
 }
 
-// getUser reads user with ACL GETUSER; found is false when there is no
-// such user.
-func getUser(ctx context.Context, n *goredis.Client, user string) (u aclUser, found bool, err error) {
+// getUser reads user with ACL GETUSER, or fails with errNoUser.
+func getUser(ctx context.Context, n *goredis.Client, user string) (aclUser, error) {
+	var u aclUser
 	reply, err := n.Do(ctx, "ACL", "GETUSER", user).Result()
 	if err == goredis.Nil {
-		return u, false, nil
+		return u, fmt.Errorf("ACL GETUSER %s: %w", user, errNoUser)
 	}
 	if err != nil {
-		return u, false, err
+		return u, err
 	}
 	// A map in RESP3, a flat list of pairs in RESP2.
 	fields := map[string]any{}
@@ -44,10 +44,10 @@ func getUser(ctx context.Context, n *goredis.Client, user string) (u aclUser, fo
 			fields[fmt.Sprint(r[i])] = r[i+1]
 		}
 	default:
-		return u, false, fmt.Errorf("unexpected reply %v", reply)
+		return u, fmt.Errorf("unexpected reply %v", reply)
 	}
 	u.commands, u.keys, u.channels = words(fields["commands"]), words(fields["keys"]), words(fields["channels"])
-	return u, true, nil
+	return u, nil
 }
 
 // words reads a field of ACL GETUSER as rules or patterns: Redis 6 lists
