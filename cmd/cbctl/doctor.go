@@ -62,7 +62,7 @@ type finding struct {
 type doctorOptions struct {
 	fleet        int           // Breakers expected to share the Redis, for maxclients
 	coordTimeout time.Duration // the services' coordinator timeout, for the round trip
-	user         string        // the ACL user whose grant ACL DRYRUN checks
+	user         string        // the ACL user whose grant ACL DRYRUN (GETUSER on Redis 6) checks
 }
 
 // doctor is one run of the checks against one deployment.
@@ -83,7 +83,7 @@ func cmdDoctor(ctx context.Context, e *env, args []string) error {
 	var o doctorOptions
 	fs.IntVar(&o.fleet, "fleet", 0, "replicas of the services (Breakers) that will share this Redis, checked against maxclients")
 	fs.DurationVar(&o.coordTimeout, "coordinator-timeout", cbgrpc.DefaultCoordinatorTimeout, "the services' WithCoordinatorTimeout, checked against the round trip")
-	fs.StringVar(&o.user, "user", "", "`NAME` of the ACL user whose grant to check with ACL DRYRUN (default: the user cbctl connects as)")
+	fs.StringVar(&o.user, "user", "", "`NAME` of the ACL user whose grant to check with ACL DRYRUN, or ACL GETUSER on Redis 6 (default: the user cbctl connects as)")
 	e.replicaFlags(fs)
 	pos, err := e.parse(args)
 	if err != nil {

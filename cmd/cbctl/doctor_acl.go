@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -51,9 +52,10 @@ func grant(prefix string, cluster bool) []grantCommand {
 
 // checkACL asks the server with ACL DRYRUN (Redis 7.0) whether the user
 // (--user, else the one cbctl connects as) holds every command of the
-// grant on the prefix's keys and channels. Where DRYRUN is missing or
-// refused, the user's grant was checked by use instead, by the checks
-// that ran the commands themselves.
+// grant on the prefix's keys and channels; a server without DRYRUN
+// (Redis 6) is asked with ACL GETUSER, whose rules doctor reads itself.
+// Where neither may be asked, the user's grant was checked by use
+// instead, by the checks that ran the commands themselves.
 func (d *doctor) checkACL(ctx context.Context, n *goredis.Client, v serverVersion) {
 	const check = "acl"
 	if v.known() && !v.atLeast(6, 0) {
@@ -70,38 +72,66 @@ func (d *doctor) checkACL(ctx context.Context, n *goredis.Client, v serverVersio
 		}
 	}
 	_, cluster := d.e.client.(*goredis.ClusterClient)
-	var denied []string
-	for _, g := range grant(d.e.prefix, cluster) {
-		answer, err := n.Do(ctx, append([]any{"ACL", "DRYRUN", user}, g.args...)...).Text()
-		if err != nil {
-			d.dryRunFailed(n, user, named, err)
-			return
-		}
-		if answer != "OK" {
-			denied = append(denied, fmt.Sprintf("%s (%s)", g.rule, answer))
-		}
+	g := grant(d.e.prefix, cluster)
+	how, note := "ACL DRYRUN", ""
+	denied, err := dryRun(ctx, n, user, g)
+	if err != nil && strings.HasPrefix(err.Error(), "ERR Unknown subcommand") {
+		how, note = "ACL GETUSER", "; +spublish +ssubscribe +sunsubscribe left out, which Redis 6 lacks"
+		denied, err = d.getUserDenied(ctx, n, user, g)
 	}
-	if len(denied) > 0 {
+	switch {
+	case err != nil:
+		d.aclFailed(n, user, named, how, err)
+	case len(denied) > 0:
 		d.add(check, d.node(n), statusFail, fmt.Sprintf("user %q lacks part of the grant of docs/redis-acl.md: %s", user, strings.Join(denied, "; ")),
 			fmt.Sprintf("ACL SETUSER %s with the grant of docs/redis-acl.md, prefix %q", user, d.e.prefix))
-		return
+	default:
+		d.add(check, d.node(n), statusOK, fmt.Sprintf("user %q holds the grant of docs/redis-acl.md on %s* (%s%s)", user, d.e.prefix, how, note), "")
 	}
-	d.add(check, d.node(n), statusOK, fmt.Sprintf("user %q holds the grant of docs/redis-acl.md on %s* (ACL DRYRUN)", user, d.e.prefix), "")
 }
 
-// dryRunFailed reports an ACL DRYRUN that could not run: missing before
-// Redis 7.0, or refused to a user without the ACL command.
-func (d *doctor) dryRunFailed(n *goredis.Client, user string, named bool, err error) {
+// errNoUser is a user the server does not have.
+var errNoUser = errors.New("not found")
+
+// dryRun returns the rules of g that ACL DRYRUN refuses to user, each
+// with the refusal.
+func dryRun(ctx context.Context, n *goredis.Client, user string, g []grantCommand) ([]string, error) {
+	var denied []string
+	for _, c := range g {
+		answer, err := n.Do(ctx, append([]any{"ACL", "DRYRUN", user}, c.args...)...).Text()
+		if err != nil {
+			return nil, err
+		}
+		if answer != "OK" {
+			denied = append(denied, fmt.Sprintf("%s (%s)", c.rule, answer))
+		}
+	}
+	return denied, nil
+}
+
+// getUserDenied returns the rules of g that user's rules, as ACL GETUSER
+// gives them, leave out.
+func (d *doctor) getUserDenied(ctx context.Context, n *goredis.Client, user string, g []grantCommand) ([]string, error) {
+	u, err := getUser(ctx, n, user)
+	if err != nil {
+		return nil, err
+	}
+	return u.denied(ctx, n, g, d.e.prefix)
+}
+
+// aclFailed reports an ACL check that could not run: refused to a user
+// without the ACL command, or asked of a user the server lacks.
+func (d *doctor) aclFailed(n *goredis.Client, user string, named bool, how string, err error) {
 	const check = "acl"
 	switch {
-	case named && strings.Contains(err.Error(), "not found"):
+	case named && (errors.Is(err, errNoUser) || strings.Contains(err.Error(), "not found")):
 		d.add(check, d.node(n), statusFail, fmt.Sprintf("no user %q on this server: %v", user, err),
 			fmt.Sprintf("create it: ACL SETUSER %s on >PASSWORD with the grant of docs/redis-acl.md", user))
 		return
 	case named:
-		d.add(check, d.node(n), statusWarn, fmt.Sprintf("could not check user %q: ACL DRYRUN: %v", user, err),
-			"run doctor on Redis 7.0 or later as a user that may run ACL, or as the user itself (checked by use)")
+		d.add(check, d.node(n), statusWarn, fmt.Sprintf("could not check user %q: %s: %v", user, how, err),
+			"run doctor as a user that may run ACL, or as the user itself (checked by use)")
 		return
 	}
-	d.add(check, d.node(n), statusSkip, fmt.Sprintf("ACL DRYRUN not available (%v): the grant of user %q was checked by use (scripts, pubsub, replicas)", err, user), "")
+	d.add(check, d.node(n), statusSkip, fmt.Sprintf("%s not available (%v): the grant of user %q was checked by use (scripts, pubsub, replicas)", how, err, user), "")
 }

@@ -11,7 +11,7 @@ import (
 // under the prefix that no coordinator uses, as the transition feed
 // does: the scripts publish (SPUBLISH on a Cluster) and the feeds
 // subscribe. A server without the sharded commands (before Redis 7.0)
-// needs them only as a Cluster, which the server check reports.
+// does without them: the coordinator publishes with PUBLISH there.
 func (d *doctor) checkPubSub(ctx context.Context) {
 	const check = "pubsub"
 	channel := d.e.prefix + "doctor"

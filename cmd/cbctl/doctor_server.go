@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -57,18 +58,21 @@ func (d *doctor) checkServer(ctx context.Context, n *goredis.Client) serverVersi
 	if s["server_name"] == "valkey" || s["valkey_version"] != "" {
 		name = fmt.Sprintf("Valkey %s (Redis %s compatible)", s["valkey_version"], s["redis_version"])
 	}
-	found := fmt.Sprintf("%s, %s mode: %s", name, s["redis_mode"], v.features())
+	// Valkey 8 renamed redis_mode.
+	mode := cmp.Or(s["redis_mode"], s["server_mode"])
+	found := fmt.Sprintf("%s, %s mode: %s", name, mode, v.features())
 	_, cluster := d.e.client.(*goredis.ClusterClient)
 	switch {
-	case s["redis_mode"] == "cluster" && !cluster:
+	case mode == "cluster" && !cluster:
 		d.add(check, d.node(n), statusFail, found+"; a Cluster node, reached as a single server",
 			"give --cluster, and the services a cluster client (goredis.NewClusterClient)")
-	case cluster && !v.atLeast(7, 0):
-		d.add(check, d.node(n), statusFail, found+"; on a Cluster the coordinator's scripts publish with SPUBLISH",
-			"upgrade the Cluster to Redis 7.0 or later (or Valkey 7.2 or later)")
 	case !v.atLeast(6, 2):
 		d.add(check, d.node(n), statusWarn, found+"; older than Redis 6.2, the oldest the project supports",
 			"upgrade to Redis 6.2 or later")
+	case cluster && !v.atLeast(7, 0):
+		// The coordinator learns it (coordinator/redis features.go) and
+		// publishes with PUBLISH, which every node hears of.
+		d.add(check, d.node(n), statusOK, found+"; on this Cluster the coordinator publishes with PUBLISH, which every node relays to its subscribers", "")
 	default:
 		d.add(check, d.node(n), statusOK, found, "")
 	}

@@ -107,7 +107,7 @@ func withoutRule(rule string) string {
 }
 
 // A user without part of the grant: an administrator's doctor --user
-// names the missing rule with ACL DRYRUN; the user's own doctor finds it
+// names the missing rule with ACL DRYRUN (ACL GETUSER on Redis 6); the user's own doctor finds it
 // by use, in the scripts, and says what it could not check.
 func TestDoctorMissingGrant(t *testing.T) {
 	t.Parallel()

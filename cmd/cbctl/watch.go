@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
@@ -83,8 +80,10 @@ func (f *watcher) open(ctx context.Context) (coordinator.Watch, int, error) {
 	return w, n, nil
 }
 
-// reopen opens a Watch until it works, waiting longer after each lost
-// connection, up to reconnectMax; any other error ends it.
+// reopen opens a Watch until it works, waiting longer after each
+// transient error (a lost connection, a server loading or failing over),
+// up to reconnectMax; any other error, such as a refusal of the
+// credentials or the ACL, ends it.
 func (f *watcher) reopen(ctx context.Context) (coordinator.Watch, int, error) {
 	wait := reconnectFirst
 	for {
@@ -94,7 +93,7 @@ func (f *watcher) reopen(ctx context.Context) (coordinator.Watch, int, error) {
 		case <-time.After(wait):
 		}
 		w, n, err := f.open(ctx)
-		if err == nil || !lostConnection(err) || ctx.Err() != nil {
+		if err == nil || !cbredis.Transient(err) || ctx.Err() != nil {
 			return w, n, err
 		}
 		wait = min(2*wait, reconnectMax)
@@ -163,30 +162,4 @@ func (f *watcher) print(ctx context.Context, w coordinator.Watch) error {
 		}
 		fmt.Fprintln(f.e.stdout, transitionLine(t))
 	}
-}
-
-// lostConnection reports whether err, from opening a Watch, is one that a
-// later connection may not meet: the connection broke or was refused,
-// Redis did not answer in time, or it is loading, failing over or
-// resharding. A refusal in Redis's reply, such as a failed
-// authentication or a missing ACL grant, is not.
-func lostConnection(err error) bool {
-	var reply goredis.Error
-	if errors.As(err, &reply) {
-		for _, transient := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY"} {
-			if strings.HasPrefix(reply.Error(), transient+" ") {
-				return true
-			}
-		}
-		return false
-	}
-	// A Watch reports a subscription Redis refused as a lost feed, with
-	// the reply's words but not its type.
-	msg := err.Error()
-	for _, refusal := range []string{"NOAUTH", "WRONGPASS", "NOPERM", "unauthenticated"} {
-		if strings.Contains(msg, refusal) {
-			return false
-		}
-	}
-	return true
 }

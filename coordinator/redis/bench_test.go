@@ -277,10 +277,7 @@ func benchmarkHeartbeat(b *testing.B, rdb goredis.UniversalClient, nodes ...*red
 	b.ResetTimer()
 	plain := run(func(i int) func() error {
 		ch := fmt.Sprint("plain", i)
-		ps := rdb.Subscribe(ctx, ch)
-		if srv, _ := c.learn(ctx); srv.sharded {
-			ps = rdb.SSubscribe(ctx, ch)
-		}
+		ps := subscribeLike(b, ctx, c, rdb, ch)
 		if _, err := ps.Receive(ctx); err != nil {
 			b.Fatal(err)
 		}

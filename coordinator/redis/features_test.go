@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
@@ -49,4 +51,34 @@ func TestParseServer(t *testing.T) {
 			t.Errorf("parseServer(%q) = %q, want %q", tc.info, got, tc.want)
 		}
 	}
+}
+
+// subscribeLike subscribes rdb to channels of one slot with the pub/sub
+// c's Watches use there: SSUBSCRIBE on a Cluster that has sharded pub/sub,
+// else SUBSCRIBE (go-redis connects it to the master of the first
+// channel's slot).
+func subscribeLike(tb testing.TB, ctx context.Context, c *Coordinator, rdb goredis.UniversalClient, channels ...string) *goredis.PubSub {
+	tb.Helper()
+	srv, err := c.learn(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if srv.sharded {
+		return rdb.SSubscribe(ctx, channels...)
+	}
+	return rdb.Subscribe(ctx, channels...)
+}
+
+// numsubLike counts the subscribers of channels on node, one master, in
+// the pub/sub c's Watches use: PUBSUB SHARDNUMSUB on a Cluster that has
+// sharded pub/sub, else PUBSUB NUMSUB.
+func numsubLike(ctx context.Context, c *Coordinator, node *goredis.Client, channels ...string) (map[string]int64, error) {
+	srv, err := c.learn(ctx)
+	switch {
+	case err != nil:
+		return nil, err
+	case srv.sharded:
+		return node.PubSubShardNumSub(ctx, channels...).Result()
+	}
+	return node.PubSubNumSub(ctx, channels...).Result()
 }

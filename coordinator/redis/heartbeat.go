@@ -165,7 +165,11 @@ func (w *watch) silence(s *sub, d time.Duration) error {
 	unsent := s.unsent
 	w.mu.Unlock()
 	why := ""
-	if unsent != nil {
+	switch {
+	case replyKind(unsent) == coordinator.KindPermission:
+		// Each server words the refusal its own way (replyerrors.go).
+		why = fmt.Sprintf(" (the last could not be published: the ACL refused the heartbeat script: %v)", unsent)
+	case unsent != nil:
 		why = fmt.Sprintf(" (the last could not be published: %v)", unsent)
 	}
 	return fmt.Errorf("redis coordinator: watch: no heartbeat heard%s for %v%s: %w",

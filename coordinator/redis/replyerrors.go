@@ -15,18 +15,29 @@ import (
 // concerns that scope alone; the other classes concern every scope.
 const kindCorrupt = "corrupt"
 
+// A replyRule is a row of replyErrors.
+type replyRule struct {
+	text     string
+	anywhere bool
+	kind     string
+	// transient: the server says it cannot serve now (loading, failing
+	// over, resharding, busy), which a later attempt may not meet.
+	transient bool
+}
+
 // replyErrors is the one table of the error replies the coordinator tells
 // apart, as Redis 6.2 to 7.4 and Valkey word them (replyerrors_test.go
 // holds each server's words). A row matches the reply's text once
 // unwrapped (unwrapReply) when it starts with prefix or, for a row with
 // anywhere, contains it; the first row that matches decides.
-var replyErrors = []struct {
-	text     string
-	anywhere bool
-	kind     string
-}{
-	{text: "READONLY", kind: coordinator.KindReadOnly},
-	{text: "LOADING", kind: coordinator.KindLoading},
+var replyErrors = []replyRule{
+	{text: "READONLY", kind: coordinator.KindReadOnly, transient: true},
+	{text: "LOADING", kind: coordinator.KindLoading, transient: true},
+	// A Cluster whose slot has no master or is moving, a replica cut off
+	// from its master.
+	{text: "CLUSTERDOWN", transient: true},
+	{text: "TRYAGAIN", transient: true},
+	{text: "MASTERDOWN", transient: true},
 	{text: "WRONGPASS", kind: coordinator.KindAuth},
 	{text: "NOAUTH", kind: coordinator.KindAuth},
 	// How Redis 7 cuts off a client that sent a long command before
@@ -46,6 +57,8 @@ var replyErrors = []struct {
 	// came from.
 	{text: "OOM", kind: ""},
 	{text: "NOSCRIPT", kind: coordinator.KindScript},
+	// Busy with another script, which may end.
+	{text: "BUSY ", kind: coordinator.KindScript, transient: true},
 	// The server lacks a command a script runs, is busy with another
 	// script, or failed one some other way.
 	{text: "script", anywhere: true, kind: coordinator.KindScript},
@@ -55,17 +68,38 @@ var replyErrors = []struct {
 // a coordinator.Kind* or kindCorrupt; "" for a reply of no class the
 // table names, or for an error that is no reply.
 func replyKind(err error) string {
-	var reply goredis.Error
-	if !errors.As(err, &reply) {
-		return ""
+	row, _ := replyRow(err)
+	return row.kind
+}
+
+// replyRow is the row of replyErrors that err, an error reply of the
+// server, matches; reply is false for an error that is no reply.
+func replyRow(err error) (row replyRule, reply bool) {
+	var r goredis.Error
+	if !errors.As(err, &r) {
+		return replyRule{}, false
 	}
-	msg := unwrapReply(reply.Error())
+	msg := unwrapReply(r.Error())
 	for _, row := range replyErrors {
 		if strings.HasPrefix(msg, row.text) || row.anywhere && strings.Contains(msg, row.text) {
-			return row.kind
+			return row, true
 		}
 	}
-	return ""
+	return replyRule{}, true
+}
+
+// Transient reports whether err, from the coordinator, is one that a
+// later attempt may not meet: the connection broke, was refused or timed
+// out, a Watch's feed was lost, or the server's reply says it cannot serve
+// now (loading, a replica, a Cluster failing over or resharding, busy with
+// a script). A refusal (credentials, the ACL) or any other reply is not.
+func Transient(err error) bool {
+	switch kindOf(err) {
+	case coordinator.KindAuth, coordinator.KindPermission:
+		return false
+	}
+	row, reply := replyRow(err)
+	return !reply || row.transient
 }
 
 // redis6Script is how Redis 6 wraps an error a script raised: the error

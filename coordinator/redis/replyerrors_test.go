@@ -3,6 +3,7 @@ package redis
 import (
 	"errors"
 	"fmt"
+	"io"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -70,5 +71,37 @@ func TestReplyKindOfEveryServer(t *testing.T) {
 	}
 	if got := replyKind(errors.New("READONLY but not a reply")); got != "" {
 		t.Errorf("replyKind of an error that is no reply = %q, want none", got)
+	}
+}
+
+// TestTransient: what a later attempt may not meet, and what it will meet
+// again (a refusal), on every server's words; a refusal that ended a
+// Watch's feed is still a refusal.
+func TestTransient(t *testing.T) {
+	feedLost := func(err error) error {
+		return fmt.Errorf("redis coordinator: watch: %w: %w", err, coordinator.ErrFeedLost)
+	}
+	for _, tc := range []struct {
+		what string
+		err  error
+		want bool
+	}{
+		{"LOADING", replyError("LOADING Valkey is loading the dataset in memory"), true},
+		{"READONLY", replyError("READONLY You can't write against a read only replica."), true},
+		{"CLUSTERDOWN", replyError("CLUSTERDOWN Hash slot not served"), true},
+		{"TRYAGAIN", replyError("TRYAGAIN Multiple keys request during rehashing of slot"), true},
+		{"MASTERDOWN", replyError("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."), true},
+		{"BUSY", replyError("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."), true},
+		{"a broken connection", fmt.Errorf("redis coordinator: watch: %w", io.EOF), true},
+		{"a silent feed", fmt.Errorf("redis coordinator: watch: no heartbeat heard for 1.5s: %w", coordinator.ErrFeedLost), true},
+		{"WRONGPASS", replyError("WRONGPASS invalid username-password pair or user is disabled."), false},
+		{"NOAUTH in a lost feed", feedLost(replyError("NOAUTH Authentication required.")), false},
+		{"NOPERM in a lost feed", feedLost(replyError("NOPERM User svc has no permissions to access the 'cbgrpc:x' channel")), false},
+		{"Redis 7.2's ACL in script", replyError("ERR ACL failure in script: User noinfo has no permissions to run the 'info' command script: bc5a44dd87afe5eef12b192ef9c6d59411a56fc3, on @user_script:1."), false},
+		{"an unknown command", replyError("ERR unknown command 'ssubscribe', with args beginning with: "), false},
+	} {
+		if got := Transient(tc.err); got != tc.want {
+			t.Errorf("%s: Transient(%v) = %v, want %v", tc.what, tc.err, got, tc.want)
+		}
 	}
 }

@@ -92,8 +92,10 @@ func shareOneHeartbeat(t *testing.T, client func() goredis.UniversalClient, scop
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	shared := ""
+	var c *Coordinator
 	for i := range watches {
-		w := follow(t, ctx, New(client(), WithHeartbeat(period)), scope(i))
+		c = New(client(), WithHeartbeat(period))
+		w := follow(t, ctx, c, scope(i))
 		beats := beating(t, w)
 		if shared != "" && beats[0] != shared {
 			t.Fatalf("Watches on channels %q and %q; want one", shared, beats[0])
@@ -103,10 +105,9 @@ func shareOneHeartbeat(t *testing.T, client func() goredis.UniversalClient, scop
 	// What the Watches publish, heard beside them.
 	rdb := client()
 	replid := ""
-	heartbeats := rdb.Subscribe(ctx, shared)
-	if _, ok := rdb.(*goredis.ClusterClient); ok {
-		heartbeats = rdb.SSubscribe(ctx, shared)
-		node, err := rdb.(*goredis.ClusterClient).MasterForKey(ctx, shared)
+	heartbeats := subscribeLike(t, ctx, c, rdb, shared)
+	if cc, ok := rdb.(*goredis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, shared)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -318,9 +319,10 @@ func TestSharedChannelSplitsAndMerges(t *testing.T) {
 		const scope = "hot"
 		// Every channel is in the scope's slot.
 		inspect := cluster.MasterOf(t, scopeKeys(DefaultPrefix, scope)[keyChannel]).Client(t)
+		c := New(cluster.Client(t))
 		splitsAndMerges(t, func() goredis.UniversalClient { return cluster.Client(t) }, func(int) string { return scope },
 			func(ctx context.Context, channels ...string) (map[string]int64, error) {
-				return inspect.PubSubShardNumSub(ctx, channels...).Result()
+				return numsubLike(ctx, c, inspect, channels...)
 			})
 	})
 }

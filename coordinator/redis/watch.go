@@ -315,7 +315,8 @@ func (w *watch) read(s *sub) {
 			case errors.As(err, &timeout) && timeout.Timeout():
 				w.fail(w.silence(s, time.Since(heard)))
 			default:
-				w.fail(fmt.Errorf("redis coordinator: watch: %v: %w", err, coordinator.ErrFeedLost))
+				// Both wrapped: a refusal stays one (Transient).
+				w.fail(fmt.Errorf("redis coordinator: watch: %w: %w", err, coordinator.ErrFeedLost))
 			}
 			return
 		}

@@ -190,12 +190,13 @@ func TestWatchUnfollowOnCluster(t *testing.T) {
 			z = s
 		}
 	}
-	testUnfollow(t, New(cc), New(cluster.Client(t)), x, y, z, func(ctx context.Context, ch string) (*goredis.Client, int64, error) {
+	watcher := New(cc)
+	testUnfollow(t, watcher, New(cluster.Client(t)), x, y, z, func(ctx context.Context, ch string) (*goredis.Client, int64, error) {
 		node, err := cc.MasterForKey(ctx, ch)
 		if err != nil {
 			return nil, 0, err
 		}
-		n, err := node.PubSubShardNumSub(ctx, ch).Result()
+		n, err := numsubLike(ctx, watcher, node, ch)
 		return node, n[ch], err
 	})
 }

@@ -130,7 +130,7 @@ func TestMinimalACLFeed(t *testing.T) {
 		setUser(t, s, strings.Replace(aclGrant, "+info ", "", 1))
 		_, w := watch(t)
 		_, err := w.Next(ctx)
-		if !errors.Is(err, coordinator.ErrFeedLost) || !strings.Contains(err.Error(), "can't run this command") {
+		if !errors.Is(err, coordinator.ErrFeedLost) || !strings.Contains(err.Error(), "the ACL refused the heartbeat script") {
 			t.Fatalf("Next = %v; want a lost feed that says the script was refused", err)
 		}
 		t.Log(err)
