@@ -306,38 +306,25 @@ func TestCoordinatorRecovers(t *testing.T) {
 // policy is not asked twice.
 func TestInvalidPolicyAtCoordinatorNotRetried(t *testing.T) {
 	_, tc := memoryWith(t, coordinatortest.NewClock())
-	rc := &rejectingCoordinator{Coordinator: tc}
-	b := newBreaker(t, rc)
+	tc.admitted = func(coordinator.AdmitRequest) (coordinator.Decision, error, bool) {
+		return coordinator.Decision{}, &coordinator.PolicyError{Field: "Window", Reason: "test"}, true
+	}
+	b := newBreaker(t, tc)
 	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, &service{}), b))
 	client.EmptyCall(context.Background(), &testpb.Empty{})
-	if got := rc.n; got != 1 {
+	if got := tc.admits.Load(); got != 1 {
 		t.Errorf("Admit called %d times with an invalid policy, want 1", got)
 	}
-}
-
-type rejectingCoordinator struct {
-	coordinator.Coordinator
-	n int
-}
-
-func (c *rejectingCoordinator) Admit(context.Context, coordinator.AdmitRequest) (coordinator.Decision, error) {
-	c.n++
-	return coordinator.Decision{}, &coordinator.PolicyError{Field: "Window", Reason: "test"}
-}
-
-// panicCoordinator panics in every operation, as a coordinator with a nil
-// client would.
-type panicCoordinator struct{ coordinator.Coordinator }
-
-func (panicCoordinator) Admit(context.Context, coordinator.AdmitRequest) (coordinator.Decision, error) {
-	panic("no client")
 }
 
 // A coordinator that panics is a coordinator failure: the process survives
 // and the failure policy decides.
 func TestPanickingCoordinatorIsACoordinatorFailure(t *testing.T) {
+	_, tc := memoryWith(t, coordinatortest.NewClock())
+	// As a coordinator with a nil client would.
+	tc.admitted = func(coordinator.AdmitRequest) (coordinator.Decision, error, bool) { panic("no client") }
 	mt := newMetrics()
-	b := newBreaker(t, panicCoordinator{}, WithCoordinatorFailure(FailClosed), WithMeterProvider(mt.mp))
+	b := newBreaker(t, tc, WithCoordinatorFailure(FailClosed), WithMeterProvider(mt.mp))
 	_, err := admitCall(b, context.Background(), &call{scope: "panics", method: testMethod})
 	if !errors.Is(err, ErrOpen) {
 		t.Fatalf("admission over a panicking coordinator: %v, want a fail-closed rejection", err)
@@ -347,26 +334,15 @@ func TestPanickingCoordinatorIsACoordinatorFailure(t *testing.T) {
 	}
 }
 
-// corruptCoordinator reports one scope's state as unusable.
-type corruptCoordinator struct {
-	*testCoordinator
-	bad string
-}
-
-func (c corruptCoordinator) Admit(ctx context.Context, q coordinator.AdmitRequest) (coordinator.Decision, error) {
-	if q.Scope == c.bad {
-		c.admits.Add(1)
-		return coordinator.Decision{}, fmt.Errorf("test: %w: WRONGTYPE", coordinator.ErrCorruptState)
-	}
-	return c.testCoordinator.Admit(ctx, q)
-}
-
 // One scope with broken data is decided by the failure policy, alone: the
 // coordinator still answers for every other scope, so there is no back-off.
 func TestCorruptScopeDoesNotBackOffOtherScopes(t *testing.T) {
 	_, tc := memoryWith(t, coordinatortest.NewClock())
-	cc := corruptCoordinator{testCoordinator: tc, bad: "broken"}
-	b := newBreaker(t, cc, WithCoordinatorFailure(FailClosed), WithCoordinatorBackoff(time.Hour))
+	// One scope's state is unusable.
+	tc.admitted = func(q coordinator.AdmitRequest) (coordinator.Decision, error, bool) {
+		return coordinator.Decision{}, fmt.Errorf("test: %w: WRONGTYPE", coordinator.ErrCorruptState), q.Scope == "broken"
+	}
+	b := newBreaker(t, tc, WithCoordinatorFailure(FailClosed), WithCoordinatorBackoff(time.Hour))
 	ctx := context.Background()
 	if _, err := admitCall(b, ctx, &call{scope: "broken", method: testMethod}); !errors.Is(err, ErrOpen) {
 		t.Fatalf("admission of the broken scope, fail-closed: %v, want ErrOpen", err)
@@ -389,45 +365,15 @@ func TestCorruptScopeDoesNotBackOffOtherScopes(t *testing.T) {
 	}
 }
 
-// snapshotCounter counts Snapshot calls.
-type snapshotCounter struct {
-	*testCoordinator
-	snapshots atomic.Int64
-}
-
-func (c *snapshotCounter) Snapshot(ctx context.Context, scope string, p coordinator.Policy) (coordinator.Snapshot, error) {
-	c.snapshots.Add(1)
-	return c.testCoordinator.Snapshot(ctx, scope, p)
-}
-
 // New warms the coordinator up with one read-only call, so that the first
 // admission does not pay for the first connection.
 func TestNewWarmsUpTheCoordinator(t *testing.T) {
 	_, tc := memoryWith(t, coordinatortest.NewClock())
-	sc := &snapshotCounter{testCoordinator: tc}
-	newBreaker(t, sc)
-	eventually(t, "the warm-up call", func() bool { return sc.snapshots.Load() == 1 })
+	newBreaker(t, tc)
+	eventually(t, "the warm-up call", func() bool { return tc.snapshots.Load() == 1 })
 	if n := tc.admits.Load() + tc.records.Load() + tc.settles.Load(); n != 0 {
 		t.Errorf("the warm-up changed state: %d admits, records or settles", n)
 	}
-}
-
-// heldRecords holds the answer of one Record back after the coordinator
-// computed it, as a slow network would.
-type heldRecords struct {
-	*testCoordinator
-	hold    atomic.Bool
-	held    chan struct{} // receives once the held Record has been computed
-	release chan struct{}
-}
-
-func (c *heldRecords) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
-	res, err := c.testCoordinator.Record(ctx, q)
-	if c.hold.CompareAndSwap(true, false) {
-		c.held <- struct{}{}
-		<-c.release
-	}
-	return res, err
 }
 
 // A Record answer computed before a trip ("closed") that arrives after
@@ -436,18 +382,27 @@ func (c *heldRecords) Record(ctx context.Context, q coordinator.RecordRequest) (
 func TestStaleClosedAnswerNeverErasesOpen(t *testing.T) {
 	clk := coordinatortest.NewClock()
 	m, tc := memoryWith(t, clk)
-	hc := &heldRecords{testCoordinator: tc, held: make(chan struct{}), release: make(chan struct{})}
+	// The answer of one Record is held back after the coordinator
+	// computed it, as a slow network would.
+	var hold atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
+	tc.answered = func() {
+		if hold.CompareAndSwap(true, false) {
+			held <- struct{}{}
+			<-release
+		}
+	}
 	p := tripPolicy()
-	b := newBreaker(t, hc, WithPolicy(p), WithCoordinatorTimeout(time.Hour), WithCoordinatorFailure(FailOpen))
+	b := newBreaker(t, tc, WithPolicy(p), WithCoordinatorTimeout(time.Hour), WithCoordinatorFailure(FailOpen))
 	ctx := context.Background()
 	const scope = "fencing/late-closed"
 	tk, err := admitCall(b, ctx, &call{scope: scope, method: testMethod})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc.hold.Store(true)
+	hold.Store(true)
 	b.finish(ctx, tk, nil)
-	<-hc.held // computed: closed, in tk's generation
+	<-held // computed: closed, in tk's generation
 
 	// Another replica trips the scope; this one learns it from its own
 	// admission.
@@ -457,7 +412,7 @@ func TestStaleClosedAnswerNeverErasesOpen(t *testing.T) {
 	if _, err := admitCall(b, ctx, &call{scope: scope, method: testMethod}); !errors.Is(err, ErrOpen) {
 		t.Fatalf("admission after the trip: %v; want ErrOpen", err)
 	}
-	close(hc.release)
+	close(release)
 	// Close waits for the late answer to be learned; what the table knows
 	// stays, and decides a call as in an outage.
 	if err := b.Close(); err != nil {

@@ -185,8 +185,15 @@ type testCoordinator struct {
 	recorded, settled        atomic.Int64 // outcomes delivered
 	claims                   sync.Map     // claim -> admissions with it
 	batchIDs                 sync.Map     // batch ID -> Records with it
+	snapshots                atomic.Int64
 	inflight, maxInflight    atomic.Int64 // concurrent Records
 	recordHook               func()
+	// answered, when set, runs once the coordinator answered a Record,
+	// before the answer is returned: a slow network's.
+	answered func()
+	// admitted, when set, may answer an Admit in the coordinator's stead
+	// (ok): a policy refused, a scope's state corrupt, a panic.
+	admitted func(q coordinator.AdmitRequest) (d coordinator.Decision, err error, ok bool)
 
 	mu  sync.Mutex
 	got []coordinator.Outcome // every outcome delivered by Record or Settle
@@ -232,10 +239,20 @@ func (c *testCoordinator) Admit(ctx context.Context, q coordinator.AdmitRequest)
 	c.admits.Add(1)
 	n, _ := c.claims.LoadOrStore(q.Claim, new(atomic.Int64))
 	n.(*atomic.Int64).Add(1)
+	if c.admitted != nil {
+		if d, err, ok := c.admitted(q); ok {
+			return d, err
+		}
+	}
 	if err := c.gate(&c.failAdmits); err != nil {
 		return coordinator.Decision{}, err
 	}
 	return c.Coordinator.Admit(ctx, q)
+}
+
+func (c *testCoordinator) Snapshot(ctx context.Context, scope string, p coordinator.Policy) (coordinator.Snapshot, error) {
+	c.snapshots.Add(1)
+	return c.Coordinator.Snapshot(ctx, scope, p)
 }
 
 func (c *testCoordinator) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
@@ -264,7 +281,11 @@ func (c *testCoordinator) Record(ctx context.Context, q coordinator.RecordReques
 	c.mu.Lock()
 	c.got = append(c.got, outcomes...)
 	c.mu.Unlock()
-	return c.Coordinator.Record(ctx, q)
+	res, err := c.Coordinator.Record(ctx, q)
+	if c.answered != nil {
+		c.answered()
+	}
+	return res, err
 }
 
 func (c *testCoordinator) Settle(ctx context.Context, q coordinator.SettleRequest) (coordinator.Result, error) {
