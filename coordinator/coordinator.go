@@ -89,8 +89,9 @@ type Decision struct {
 	Cause string
 }
 
-// Outcome is the result of one admitted call, or a request the caller
-// throttled (Policy.Throttle).
+// Outcome is the result of one admitted call, a request the caller
+// throttled (Policy.Throttle), or a call a dry run let through that it
+// would have rejected.
 type Outcome struct {
 	Generation uint64 // the Decision.Generation of the admission that let the call through
 	Failure    bool
@@ -101,6 +102,15 @@ type Outcome struct {
 	// breaks nor extends a run of failures, nor checks the trip rules.
 	// Failure and Duration are then ignored.
 	Throttled bool
+	// WouldReject marks a call that a dry-run replica let through though
+	// it would have rejected it (cbgrpc.WithDryRun): no call of the
+	// window, never stale, in any state. The coordinator adds it to
+	// Snapshot.WouldReject when it carries the current generation and the
+	// batch is not one it remembers counting (RecordRequest.BatchID); a
+	// batch of such outcomes alone is not remembered, so a retry of it
+	// may count them again: they are for people to read, and the rules
+	// never read them. The other fields are then ignored.
+	WouldReject bool
 }
 
 // Transition is one change of a breaker's state.
@@ -182,6 +192,11 @@ type Snapshot struct {
 	// calls, failures, slow calls, and requests throttled by the callers
 	// (Outcome.Throttled), which are no calls.
 	Calls, Failures, Slow, Throttled int
+	// WouldReject counts, in the current generation, the calls that
+	// dry-run replicas let through and would have rejected
+	// (Outcome.WouldReject): what enforcing them would have cost. It is
+	// 0 again in each new generation, kept from open to half-open.
+	WouldReject int
 	// ConsecutiveFailures is the current run of failures while closed.
 	ConsecutiveFailures int
 

@@ -93,6 +93,7 @@ const (
 	pathBornAboveSeen
 	pathRamping
 	pathThrottled
+	pathWouldReject
 	pathReLaid
 	pathOtherLayout
 	pathPoliciesSeen
@@ -127,6 +128,7 @@ var pathNames = [numPaths]string{
 	"opened", "admitted", "rejected while open", "rejected at the probe limit", "lease expired",
 	"settled success", "settled failure", "closed again", "stale outcome", "stale settle",
 	"born again after forgetting", "born above a generation seen", "admitted while ramping", "throttled counted",
+	"would-be rejections counted",
 	"window re-laid", "counted in another layout", "policies seen > 1",
 	"outlier found", "outlier's outcomes stale", "outlier's probe failed", "outlier's probe succeeded",
 	"tripped leaving out replicas", "outliers listed", "more replicas failed than tracked", "pushed open", "pushback set its trip's period", "lost state", "fenced after a loss",
@@ -250,6 +252,7 @@ type call struct {
 	s        *cmpScope
 	claim    string
 	probe    bool
+	dry      bool // rejected, and let through by a dry run (Outcome.WouldReject)
 	gen      uint64
 	lost     bool      // admitted before the coordinator under test lost the scope's state
 	leaseEnd time.Time // for probes
@@ -518,8 +521,8 @@ func showSnapshot(s coordinator.Snapshot) string {
 	for _, o := range s.Outliers {
 		outliers = append(outliers, showOutlier(&o))
 	}
-	return fmt.Sprintf("{%v gen %d calls %d failures %d slow %d throttled %d consecutive %d opened %s until %s probes %d successes %d operator %+v forced %s last trip %s %q gen %d %d/%d/%d outliers %v policies %v}",
-		s.State, s.Generation, s.Calls, s.Failures, s.Slow, s.Throttled, s.ConsecutiveFailures, since(s.OpenedAt), since(s.OpenUntil),
+	return fmt.Sprintf("{%v gen %d calls %d failures %d slow %d throttled %d would reject %d consecutive %d opened %s until %s probes %d successes %d operator %+v forced %s last trip %s %q gen %d %d/%d/%d outliers %v policies %v}",
+		s.State, s.Generation, s.Calls, s.Failures, s.Slow, s.Throttled, s.WouldReject, s.ConsecutiveFailures, since(s.OpenedAt), since(s.OpenUntil),
 		s.ProbesInFlight, s.ProbeSuccesses, s.Operator, since(s.ForcedAt),
 		since(s.LastTrip.At), s.LastTrip.Reason, s.LastTrip.Generation, s.LastTrip.Calls, s.LastTrip.Failures, s.LastTrip.Slow, outliers, policies)
 }

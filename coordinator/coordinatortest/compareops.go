@@ -130,6 +130,10 @@ func (d *driver) admitClaim(seen uint64, s *cmpScope, claim string, again *call)
 		default:
 			d.hit(pathRejectedProbeLimit)
 		}
+		if again == nil && d.rng.IntN(2) == 0 {
+			// A dry-run replica lets it through, to report it.
+			d.calls = append(d.calls, &call{s: s, claim: claim, dry: true, gen: rd.Generation})
+		}
 		return
 	}
 	c := again
@@ -166,7 +170,11 @@ func (d *driver) record(s *cmpScope) {
 	for _, c := range cands[:1+d.rng.IntN(min(4, len(cands)))] {
 		d.calls = remove(d.calls, c)
 		b.calls = append(b.calls, c)
-		b.outs = append(b.outs, d.outcome(s, b.replica))
+		if c.dry {
+			b.outs = append(b.outs, coordinator.Outcome{WouldReject: true})
+		} else {
+			b.outs = append(b.outs, d.outcome(s, b.replica))
+		}
 	}
 	if d.rng.IntN(2) == 0 {
 		d.next++
@@ -204,7 +212,9 @@ func (d *driver) send(b *batch) {
 		o.Generation = c.gen
 		sutOuts = append(sutOuts, o)
 		if c.lost {
-			lost++
+			if !c.dry { // never stale: counted or not
+				lost++
+			}
 			continue
 		}
 		refOuts = append(refOuts, o)
@@ -332,6 +342,9 @@ func (d *driver) snapshot(s *cmpScope) {
 	}
 	if len(rs.Outliers) > 0 {
 		d.hit(pathOutlierListed)
+	}
+	if rs.WouldReject > 0 {
+		d.hit(pathWouldReject)
 	}
 	if ss.Scope != s.name {
 		d.fail("Snapshot(s%d): scope %q; want %q", s.index, ss.Scope, s.name)

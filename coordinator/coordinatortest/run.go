@@ -88,6 +88,8 @@ var rules = []struct {
 	// throttle.go
 	{"ThrottledCountsAsARequestNotACall", testThrottledCountsAsARequestNotACall},
 	{"ThrottledLeavesTheWindowAndGoesStale", testThrottledLeavesTheWindowAndGoesStale},
+	// wouldreject.go
+	{"WouldRejectCountedApartFromCalls", testWouldRejectCountedApartFromCalls},
 	// layout.go
 	{"LayoutStaysWhileItsReplicasRecord", testLayoutStaysWhileItsReplicasRecord},
 	{"LayoutTakesOverOnceItsReplicasAreGone", testLayoutTakesOverOnceItsReplicasAreGone},

@@ -60,9 +60,12 @@ type breaker struct {
 	// period (push). 0 otherwise.
 	pushable  uint64
 	consec    int
-	successes int              // probe successes in this half-open period
-	leases    map[string]int64 // claim -> deadline, only in half-open
-	window    map[int64]*bucket
+	successes int // probe successes in this half-open period
+	// wouldReject counts the calls dry-run replicas would have rejected
+	// in this generation (Outcome.WouldReject).
+	wouldReject int
+	leases      map[string]int64 // claim -> deadline, only in half-open
+	window      map[int64]*bucket
 	// swept is where add last dropped the buckets that left the window,
 	// and summed the window's live sum there (sum.go): a Record reads both
 	// after every outcome.
@@ -285,6 +288,18 @@ func (b *breaker) rememberBatch(id string) {
 
 func (b *breaker) record(r *rules, now int64, q coordinator.RecordRequest) coordinator.Result {
 	outcomes := q.Outcomes
+	if slices.ContainsFunc(outcomes, func(o coordinator.Outcome) bool { return o.WouldReject }) {
+		// No calls: counted whatever the state, then left out.
+		if !b.seenBatch(q.BatchID) {
+			for _, o := range outcomes {
+				if o.WouldReject && o.Generation == b.gen {
+					b.wouldReject++
+				}
+			}
+		}
+		outcomes = slices.DeleteFunc(slices.Clone(outcomes), func(o coordinator.Outcome) bool { return o.WouldReject })
+		q.Outcomes = outcomes
+	}
 	r, own := b.layFor(r, now)
 	if (b.state != coordinator.StateClosed && b.state != coordinator.StateDisabled) || b.seenBatch(q.BatchID) {
 		res := b.result(r, now, len(outcomes), nil)
@@ -450,7 +465,7 @@ func (b *breaker) restart(state coordinator.State, now int64) {
 	b.state = state
 	b.gen = implement.NextGeneration(b.gen, time.UnixMilli(now))
 	b.openFor, b.openUntil, b.pushable = 0, 0, 0
-	b.consec, b.successes = 0, 0
+	b.consec, b.successes, b.wouldReject = 0, 0, 0
 	b.window, b.leases = nil, nil
 	b.swept, b.summed = place{}, liveSum{}
 	b.width, b.buckets = 0, 0
@@ -539,6 +554,7 @@ func (b *breaker) snapshot(r *rules, scope string, now int64) coordinator.Snapsh
 	}
 	s.Calls, s.Failures, s.Slow = b.counts(r, now)
 	s.Throttled = b.throttled(r, now)
+	s.WouldReject = b.wouldReject
 	width, buckets := b.layout(r)
 	s.Policies = b.carriedPolicies(now - width*buckets)
 	if b.openedAt != 0 {

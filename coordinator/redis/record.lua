@@ -10,10 +10,12 @@
 --   (implement.RecentPolicies), 19 the replica (RecordRequest.Replica),
 --   20 outliers (Policy.Outliers; 0 = the plain rules), 21 max open for
 --   ms (0 = no back-off), 22 how many replicas to track
---   (implement.TrackedReplicas), then from 23 on three values per run
---   of equal outcomes, in order: their generation (decimal), flags (1 =
---   failure, 2 = slow, 3 = both, 4 = throttled: a request the caller
---   rejected itself, no call) and how many
+--   (implement.TrackedReplicas), 23 how many generations follow with
+--   calls a dry run would have rejected (Outcome.WouldReject), then two
+--   values for each: the generation (decimal) and how many; then three
+--   values per run of equal outcomes, in order: their generation
+--   (decimal), flags (1 = failure, 2 = slow, 3 = both, 4 = throttled: a
+--   request the caller rejected itself, no call) and how many
 -- Reply: see reply in lib.lua, then stale, the outcomes of other
 --   generations; when the Record counted and left the breaker closed, the
 --   window's calls, failures, slow and throttled; and what mod.answer
@@ -43,7 +45,8 @@ local ENCODING = ARGV[17]
 local RECENT_POLICIES = tonumber(ARGV[18])
 local REPLICA = ARGV[19]
 local OUTLIERS = tonumber(ARGV[20])
-local OUTCOMES = 23 -- the first outcome's ARGV
+local WOULD = 24 -- the first would-be rejections' ARGV
+local OUTCOMES = WOULD + 2 * tonumber(ARGV[23]) -- the first run's ARGV
 
 local REPLICA_FIELD = REPLICA_PREFIX .. REPLICA
 local IDX_S, WIDTH_S = int(IDX), int(WIDTH)
@@ -76,8 +79,22 @@ end
 -- scope remembers no batch. The batch IDs are kept in the state hash, each
 -- followed by a NUL byte.
 local batches, batch_count = s.batches or '', s.batch_count or 0
-if (s.state ~= CLOSED and s.state ~= DISABLED)
-    or (BATCH ~= '' and string.find('\0' .. batches, '\0' .. BATCH .. '\0', 1, true)) then
+local seen_batch = BATCH ~= '' and string.find('\0' .. batches, '\0' .. BATCH .. '\0', 1, true)
+-- Calls a dry run would have rejected: counted in their generation,
+-- whatever the state, and no calls.
+if not seen_batch and OUTCOMES > WOULD then
+  local would = 0
+  for i = WOULD, OUTCOMES - 1, 2 do
+    if ARGV[i] == int(s.generation) then
+      would = would + tonumber(ARGV[i + 1])
+    end
+  end
+  if would > 0 then
+    would = would + tonumber(redis.call('HGET', KEY_STATE, 'would_reject') or 0)
+    redis.call('HSET', KEY_STATE, 'would_reject', int(would))
+  end
+end
+if (s.state ~= CLOSED and s.state ~= DISABLED) or seen_batch then
   local n = 0
   for i = OUTCOMES + 2, #ARGV, 3 do
     n = n + tonumber(ARGV[i])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -267,10 +268,17 @@ func (c *Coordinator) Record(ctx context.Context, q coordinator.RecordRequest) (
 		p.ConsecutiveFailures, p.OpenFor.Milliseconds(), q.BatchID, implement.RecentBatches,
 		fingerprint, int(q.Source), encoding, implement.RecentPolicies,
 		replicaArg(q.Replica), p.Outliers, p.MaxOpenFor.Milliseconds(), implement.TrackedReplicas)
-	for i := 0; i < len(outcomes); {
-		gen, flags := outcomes[i].Generation, outcomeFlags(p, outcomes[i])
+	// Calls a dry run would have rejected are no calls: counted apart, by
+	// generation, before the runs.
+	would, calls := wouldReject(outcomes)
+	args = append(args, len(would))
+	for _, w := range would {
+		args = append(args, strconv.FormatUint(w.gen, 10), w.n)
+	}
+	for i := 0; i < len(calls); {
+		gen, flags := calls[i].Generation, outcomeFlags(p, calls[i])
 		n := 1
-		for i+n < len(outcomes) && outcomes[i+n].Generation == gen && outcomeFlags(p, outcomes[i+n]) == flags {
+		for i+n < len(calls) && calls[i+n].Generation == gen && outcomeFlags(p, calls[i+n]) == flags {
 			n++
 		}
 		args = append(args, strconv.FormatUint(gen, 10), flags, n)
@@ -281,6 +289,32 @@ func (c *Coordinator) Record(ctx context.Context, q coordinator.RecordRequest) (
 		return coordinator.Result{}, err
 	}
 	return recorded(q, a)
+}
+
+// genCount is how many outcomes carry one generation.
+type genCount struct {
+	gen uint64
+	n   int
+}
+
+// wouldReject splits outcomes into the counts, by generation, of those a
+// dry run would have rejected (Outcome.WouldReject), and the others.
+func wouldReject(outcomes []coordinator.Outcome) (would []genCount, calls []coordinator.Outcome) {
+	if !slices.ContainsFunc(outcomes, func(o coordinator.Outcome) bool { return o.WouldReject }) {
+		return nil, outcomes
+	}
+	for _, o := range outcomes {
+		if !o.WouldReject {
+			calls = append(calls, o)
+			continue
+		}
+		if i := slices.IndexFunc(would, func(w genCount) bool { return w.gen == o.Generation }); i >= 0 {
+			would[i].n++
+		} else {
+			would = append(would, genCount{gen: o.Generation, n: 1})
+		}
+	}
+	return would, calls
 }
 
 // outcomeFlags is how record.lua reads an outcome: 1 failure, 2 slow, 4

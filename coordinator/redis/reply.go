@@ -288,6 +288,7 @@ func snapshotted(scope string, a answer) (coordinator.Snapshot, error) {
 			Calls: int(p.int("trip_calls")), Failures: int(p.int("trip_failures")), Slow: int(p.int("trip_slow"))}
 	}
 	s.Throttled = int(p.int("throttled"))
+	s.WouldReject = int(p.int("would_reject"))
 	p.each("outliers", func(e *pairs) {
 		until := unixMilli(e.int("until"))
 		s.Outliers = append(s.Outliers, coordinator.Outlier{Replica: replicaOf(e.str("replica")),

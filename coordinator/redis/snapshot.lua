@@ -9,7 +9,8 @@
 --   note_by, note_reason, note_for (ms), noted_at (0 = no note); the last
 --   trip: trip_at (0 = none), trip_reason, trip_generation, trip_calls,
 --   trip_failures, trip_slow; throttled, the window's throttled requests;
---   outliers, a list of the outlying replicas in order, each {replica,
+--   would_reject, the calls dry runs would have rejected in the
+--   generation; outliers, a list of the outlying replicas in order, each {replica,
 --   since, until, reason} as name/value pairs; policies, a list of the
 --   policies Records carried within the last window (of the layout the
 --   window was written with, else of the caller's), newest first, each
@@ -44,7 +45,7 @@ for _, p in ipairs(seen_policies(NOW - w.width * w.buckets)) do
   policies[#policies + 1] = {'fingerprint', p.fingerprint, 'at', p.at, 'source', p.source, 'encoding', p.encoding}
 end
 local v = redis.call('HMGET', KEY_STATE, 'note_by', 'note_reason', 'note_for', 'noted_at',
-  'trip_at', 'trip_reason', 'trip_generation', 'trip_calls', 'trip_failures', 'trip_slow')
+  'trip_at', 'trip_reason', 'trip_generation', 'trip_calls', 'trip_failures', 'trip_slow', 'would_reject')
 local out = {
   'calls', w.current.calls + w.others.calls, 'failures', w.current.failures + w.others.failures,
   'slow', w.current.slow + w.others.slow, 'consecutive_failures', s.consecutive_failures,
@@ -53,5 +54,5 @@ local out = {
   'note_by', v[1] or '', 'note_reason', v[2] or '', 'note_for', tonumber(v[3] or 0), 'noted_at', tonumber(v[4] or 0),
   'trip_at', tonumber(v[5] or 0), 'trip_reason', v[6] or '', 'trip_generation', tonumber(v[7] or 0),
   'trip_calls', tonumber(v[8] or 0), 'trip_failures', tonumber(v[9] or 0), 'trip_slow', tonumber(v[10] or 0),
-  'throttled', w.throttled, 'outliers', outliers, 'policies', policies}
+  'throttled', w.throttled, 'would_reject', tonumber(v[11] or 0), 'outliers', outliers, 'policies', policies}
 return reply(s, false, nil, unpack(out))

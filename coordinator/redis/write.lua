@@ -74,7 +74,7 @@ local function restart(s, state, fields)
   end
   save(s, true)
   redis.call('DEL', KEY_PROBES)
-  redis.call('HDEL', KEY_STATE, 'pushable_generation')
+  redis.call('HDEL', KEY_STATE, 'pushable_generation', 'would_reject')
 end
 
 -- open starts an open period of period ms. by_rules_from, when given, is
