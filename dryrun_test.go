@@ -11,7 +11,8 @@ import (
 
 // A dry run rejects nothing: a call of an open scope goes through to the
 // dependency, counted as let through by the dry run and marked on the
-// caller's span, with the coordinator's verdict kept as who decided; its
+// caller's span, with the coordinator's verdict kept as who decided, and
+// reported to the coordinator, which counts it (Snapshot.WouldReject); its
 // outcome is not recorded. Once the open period ends, its call is the
 // scope's probe, and the probe's success closes the breaker.
 func TestDryRunLetsThroughWhatItWouldRejectAndStillProbes(t *testing.T) {
@@ -23,7 +24,7 @@ func TestDryRunLetsThroughWhatItWouldRejectAndStillProbes(t *testing.T) {
 	calls := newTracedCalls(t, b, tr)
 	tripScope(t, m, calls.scope, p)
 
-	records := tc.records.Load()
+	before := len(tc.outcomes())
 	if _, err := calls.call("would be rejected", true); err == nil {
 		t.Fatal("the failing call succeeded")
 	} else if _, rejected := err.(*OpenError); rejected {
@@ -50,6 +51,11 @@ func TestDryRunLetsThroughWhatItWouldRejectAndStillProbes(t *testing.T) {
 		t.Errorf("%d rejected-call spans; a call let through has none", n)
 	}
 
+	eventually(t, "the coordinator to count the call the dry run let through", func() bool {
+		s, err := m.Snapshot(t.Context(), calls.scope, p)
+		return err == nil && s.WouldReject == 1
+	})
+
 	clk.Advance(p.OpenFor)
 	if _, err := calls.call("probe", false); err != nil {
 		t.Fatalf("the probe: %v", err)
@@ -58,8 +64,19 @@ func TestDryRunLetsThroughWhatItWouldRejectAndStillProbes(t *testing.T) {
 		s, err := m.Snapshot(t.Context(), calls.scope, p)
 		return err == nil && s.State == coordinator.StateClosed
 	})
-	if n := tc.records.Load(); n != records {
-		t.Errorf("%d Records after the trip; the call let through is not to be recorded", n-records)
+	// What reached the coordinator after the trip: the report of the call
+	// let through, no outcome of it, and the probe's settlement.
+	var reports, others int
+	for _, o := range tc.outcomes()[before:] {
+		if o.WouldReject {
+			reports++
+		} else {
+			others++
+		}
+	}
+	if reports != 1 || others != 1 || tc.settled.Load() != 1 {
+		t.Errorf("after the trip the coordinator heard %d reports of calls let through and %d outcomes (%d settled); want 1, and the probe's alone",
+			reports, others, tc.settled.Load())
 	}
 }
 

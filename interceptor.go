@@ -314,6 +314,7 @@ func (b *Breaker) admit(ctx context.Context, c *call) error {
 			// Counted in the window as a throttled request (throttle.go).
 			b.rec.add(item{scope: c.scope, outcome: coordinator.Outcome{Generation: d.gen, Throttled: true}, at: b.rec.clock(time.Now())})
 		}
+		c.gen = d.gen // the generation it was rejected in
 		return e
 	}
 	return b.result(ctx, c, &d)
@@ -463,6 +464,7 @@ func (b *Breaker) result(ctx context.Context, c *call, d *decision) error {
 	case coordinator.Reject:
 		e := &OpenError{Scope: c.scope, State: d.state, RetryAfter: d.retryAfter, Reason: rejectReason(d.state)}
 		b.tel.rejected(ctx, c, e, d.by, d.cause)
+		c.gen = d.gen // the generation it was rejected in
 		return e
 	case coordinator.Probe:
 		c.fate, c.claim = probing, d.claim

@@ -52,6 +52,7 @@ func (b *Breaker) admitOutlier(ctx context.Context, c *call, f *fact) (err error
 	if !o.of(f) {
 		return nil, false
 	}
+	c.gen = f.gen // the generation it is rejected in, if it is
 	if c.start.Before(o.until) {
 		return b.rejectOutlier(ctx, c, o, o.until.Sub(c.start), "this replica alone is failing ("+o.reason+")"), true
 	}
@@ -60,7 +61,7 @@ func (b *Breaker) admitOutlier(ctx context.Context, c *call, f *fact) (err error
 		return b.rejectOutlier(ctx, c, o, 0, "this replica alone is failing ("+o.reason+"); its probe is out"), true
 	}
 	b.tel.decision(ctx, c, coordinator.Probe, byOutlier)
-	c.fate, c.gen, c.urgent = recorded, f.gen, true
+	c.fate, c.urgent = recorded, true
 	return nil, true
 }
 
