@@ -414,20 +414,36 @@ func TestCLIShowLastTrip(t *testing.T) {
 	}
 }
 
-// TestCLIShowThrottled: the requests adaptive throttling rejected are in
-// the window beside the calls, and show says how many.
-func TestCLIShowThrottled(t *testing.T) {
+// TestCLIShowCountsBesideTheCalls: the requests adaptive throttling
+// rejected are in the window beside the calls, and the calls dry-run
+// replicas would have rejected are counted in the generation; show says
+// how many, the second only when there are some.
+func TestCLIShowCountsBesideTheCalls(t *testing.T) {
 	srv := redistest.Start(t)
 	f := newFleet(t, srv.Client(t))
 	c := newCLI(t, srv.Addr())
-	scope := "quota/Get"
-	gen := f.admit(scope).Generation
-	out := []coordinator.Outcome{{Generation: gen}, {Generation: gen, Throttled: true}, {Generation: gen, Throttled: true}}
-	if _, err := f.c.Record(context.Background(), coordinator.RecordRequest{Scope: scope, Policy: f.p, Outcomes: out}); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		scope      string
+		mark       func(*coordinator.Outcome)
+		text, json string
+	}{
+		{"quota/Get", func(o *coordinator.Outcome) { o.Throttled = true }, "throttled:            2", `"throttled": 2`},
+		{"dry/Get", func(o *coordinator.Outcome) { o.WouldReject = true }, "dry runs would reject: 2", `"would_reject": 2`},
+	} {
+		gen := f.admit(tc.scope).Generation
+		if r := c.want(0, "calls:", "", "show", tc.scope); strings.Contains(r.stdout, "would reject") {
+			t.Errorf("show of a scope no dry run reported on:\n%s", r.stdout)
+		}
+		out := []coordinator.Outcome{{Generation: gen}, {Generation: gen}, {Generation: gen}}
+		tc.mark(&out[1])
+		tc.mark(&out[2])
+		if _, err := f.c.Record(context.Background(), coordinator.RecordRequest{Scope: tc.scope, Policy: f.p, Outcomes: out}); err != nil {
+			t.Fatal(err)
+		}
+		c.want(0, tc.text, "", "show", tc.scope)
+		c.want(0, tc.json, "", "show", tc.scope, "--json")
+		c.want(0, `"calls": 1`, "", "show", tc.scope, "--json")
 	}
-	c.want(0, "throttled:            2", "", "show", scope)
-	c.want(0, `"throttled": 2`, "", "show", scope, "--json")
 }
 
 // TestCLIShowsOutliers: show and list say which replicas of a scope the

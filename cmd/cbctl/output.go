@@ -119,6 +119,9 @@ func writeDetail(w io.Writer, s coordinator.Snapshot) error {
 	row("failures", s.Failures)
 	row("slow", s.Slow)
 	row("throttled", s.Throttled)
+	if s.WouldReject > 0 {
+		row("dry runs would reject", s.WouldReject)
+	}
 	row("consecutive failures", s.ConsecutiveFailures)
 	row("opened at", formatTime(s.OpenedAt))
 	row("open until", formatTime(s.OpenUntil))
@@ -187,6 +190,9 @@ type snapshotJSON struct {
 	Failures   int    `json:"failures"`
 	Slow       int    `json:"slow"`
 	Throttled  int    `json:"throttled"` // requests adaptive throttling rejected (Policy.Throttle)
+	// WouldReject is what dry-run replicas let through that they would
+	// have rejected, in this generation; left out at 0.
+	WouldReject int `json:"would_reject,omitempty"`
 	// The fields below are there only in the states they apply to:
 	// consecutive_failures in closed; opened_at in open, half-open and
 	// isolated; open_until in open, and isolated for a set time; the
@@ -269,7 +275,7 @@ func toJSON(s coordinator.Snapshot) snapshotJSON {
 	}
 	out := snapshotJSON{
 		Scope: s.Scope, State: s.State.String(), Generation: s.Generation,
-		Calls: s.Calls, Failures: s.Failures, Slow: s.Slow, Throttled: s.Throttled,
+		Calls: s.Calls, Failures: s.Failures, Slow: s.Slow, Throttled: s.Throttled, WouldReject: s.WouldReject,
 	}
 	// The coordinator keeps when the breaker last opened through its
 	// recovery; once closed that is history, which last_trip tells.

@@ -217,6 +217,10 @@ function tile(row) {
   item('window', count(row.calls, 'call') + ' · ' + count(row.failures, 'failure') + ' · ' + row.slow + ' slow' +
     (row.throttled > 0 ? ' · ' + row.throttled + ' throttled' : ''));
   item('failures', ratioView(row));
+  if (row.would_reject > 0) {
+    // Dry-run replicas (cbgrpc.WithDryRun) let these through.
+    item('dry runs would reject', count(row.would_reject, 'call') + ' in this generation');
+  }
   if (row.open_until) {
     const cd = el('span', 'countdown');
     cd.dataset.until = String(Date.parse(row.open_until));
