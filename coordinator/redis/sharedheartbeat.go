@@ -89,11 +89,16 @@ func level(followers, at, limit int) int {
 }
 
 // shares reports whether s publishes on its shared channel this period:
-// unless it heard another Watch's heartbeat there within the last period,
-// or, when it published there itself the period before, unless one of
-// them came from a Watch of a smaller id. w.mu is held.
+// unless it heard another Watch's heartbeat there within the last period
+// and a half, or, when it published there itself the period before,
+// unless one of them came from a Watch of a smaller id. Half a period
+// more than the heartbeats' own: a heartbeat that comes a little late (a
+// loaded host delays the publisher's tick or this reader) is no silence
+// to take over, which with one period of it every Watch did in turn.
+// Taking over within 2.5 periods of the last heartbeat still comes before
+// the 3 periods of silence that lose the feed.
 func (s *sub) shares(now time.Time, period time.Duration) bool {
-	recent := func(t time.Time) bool { return now.Sub(t) < period }
+	recent := func(t time.Time) bool { return now.Sub(t) < period+period/2 }
 	s.sharing = !recent(s.other) || s.sharing && !recent(s.smaller)
 	return s.sharing
 }

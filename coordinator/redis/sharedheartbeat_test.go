@@ -15,12 +15,12 @@ import (
 )
 
 // A Watch publishes on the shared channel unless another's heartbeat
-// came there within the last period; of two that published at once, the
-// one with the greater id yields.
+// came there within the last period and a half; of two that published at
+// once, the one with the greater id yields.
 func TestSharedHeartbeatTurns(t *testing.T) {
 	const period = 500 * time.Millisecond
 	now := time.Now()
-	recently, long := now.Add(-period/2), now.Add(-2*period)
+	recently, late, long := now.Add(-period/2), now.Add(-period*5/4), now.Add(-2*period)
 	for _, tc := range []struct {
 		name           string
 		sharing        bool
@@ -28,8 +28,10 @@ func TestSharedHeartbeatTurns(t *testing.T) {
 		want           bool
 	}{
 		{name: "heard none: it beats", want: true},
-		{name: "heard none for a period: it takes over", other: long, smaller: long, want: true},
+		{name: "heard none for two periods: it takes over", other: long, smaller: long, want: true},
 		{name: "heard another: it listens", other: recently, want: false},
+		{name: "heard another a little late: no silence, it listens", other: late, smaller: late, want: false},
+		{name: "beating, heard a smaller id a little late: it yields", sharing: true, other: late, smaller: late, want: false},
 		{name: "heard a smaller id: it listens", other: recently, smaller: recently, want: false},
 		{name: "beating, heard no other: it goes on", sharing: true, want: true},
 		{name: "beating, heard a greater id: it goes on", sharing: true, other: recently, smaller: long, want: true},
