@@ -16,12 +16,22 @@ import (
 // lookup instead of running the exclusions, the ScopeFunc, the table's
 // index and telemetry's each time.
 type routes struct {
-	// known is copied on write: every call reads it, without a lock, and
-	// a process meets a new method or ClientConn rarely.
-	known atomic.Pointer[map[routeKey]*route]
+	// known holds the routes by method, then by target: a process calls
+	// a method on few targets, so a call hashes its method alone and
+	// compares targets, which are mostly the same string as last time
+	// (cc.Target()). It is copied on write: every call reads it, without
+	// a lock, and a process meets a new method or ClientConn rarely.
+	known atomic.Pointer[map[string][]targetRoute]
 	mu    sync.Mutex // serialises writers
+	n     int        // the routes known, under mu
 	// fixed: the scope of a call follows from its target and method.
 	fixed bool
+}
+
+// targetRoute is the route of a method on one target.
+type targetRoute struct {
+	target string
+	r      *route
 }
 
 type routeKey struct{ target, method string }
@@ -46,7 +56,7 @@ const maxRoutes = 4096
 // newRoutes returns the routes of a Breaker whose ScopeFunc is scope.
 func newRoutes(scope ScopeFunc) *routes {
 	rs := &routes{fixed: fixedScope(scope)}
-	rs.known.Store(&map[routeKey]*route{})
+	rs.known.Store(&map[string][]targetRoute{})
 	return rs
 }
 
@@ -64,25 +74,36 @@ func fixedScope(f ScopeFunc) bool {
 
 // get returns the route of target and method; nil: none yet.
 func (rs *routes) get(target, method string) *route {
-	return (*rs.known.Load())[routeKey{target, method}]
+	return find((*rs.known.Load())[method], target)
+}
+
+// find returns the route of target among trs; nil: none.
+func find(trs []targetRoute, target string) *route {
+	for _, tr := range trs {
+		if tr.target == target {
+			return tr.r
+		}
+	}
+	return nil
 }
 
 // add remembers r as the route of target and method, unless another was
 // added meanwhile, and returns the one remembered.
 func (rs *routes) add(target, method string, r *route) *route {
-	key := routeKey{target, method}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	old := *rs.known.Load()
-	if had := old[key]; had != nil {
+	if had := find(old[method], target); had != nil {
 		return had
 	}
-	if len(old) >= maxRoutes {
+	if rs.n >= maxRoutes {
 		return r
 	}
 	next := maps.Clone(old)
-	next[key] = r
+	trs := old[method]
+	next[method] = append(trs[:len(trs):len(trs)], targetRoute{target: target, r: r})
 	rs.known.Store(&next)
+	rs.n++
 	return r
 }
 

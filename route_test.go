@@ -68,8 +68,27 @@ func TestRoutesPastTheirBoundStillDecide(t *testing.T) {
 			t.Fatalf("route %d = %+v, %v", i, c, err)
 		}
 	}
-	if n := len(*b.routes.known.Load()); n != maxRoutes {
+	n := 0
+	for _, trs := range *b.routes.known.Load() {
+		n += len(trs)
+	}
+	if n != maxRoutes {
 		t.Fatalf("%d routes remembered, want the bound, %d", n, maxRoutes)
+	}
+}
+
+// One method on two targets: two routes, each its target's scope.
+func TestRoutesOfOneMethodOnTwoTargets(t *testing.T) {
+	b := newBreaker(t, memory.New())
+	for range 2 {
+		for _, target := range []string{"a", "b"} {
+			if c, err := routeOf(b, context.Background(), conn(t, target), "/s/M", nil); err != nil || c.scope != target+"/s/M" {
+				t.Fatalf("route of /s/M on %s = %+v, %v; want the scope %s/s/M", target, c, err, target)
+			}
+		}
+	}
+	if trs := (*b.routes.known.Load())["/s/M"]; len(trs) != 2 {
+		t.Fatalf("/s/M has %d routes, want one per target", len(trs))
 	}
 }
 
