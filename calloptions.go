@@ -106,24 +106,26 @@ func (b *Breaker) route(ctx context.Context, c *call, cc *grpc.ClientConn, metho
 	if o.unprotected {
 		return nil
 	}
-	c.method, c.classifier = method, o.classifier
-	if o.hasScope {
-		c.scope, c.rpc = o.scope, b.tel.methods.get(cc, method)
-		return nil
-	}
 	target := target(cc)
 	r := b.routes.get(target, method)
 	if r == nil {
-		r = b.routes.add(target, method, b.routes.newRoute(&b.cfg, target, method, b.tel.methods.get(cc, method)))
+		r = b.routes.add(target, method, func(remembered bool) *route {
+			return b.routes.newRoute(&b.cfg, target, method, b.tel.methods.describe(cc, method, remembered))
+		})
 	}
+	c.method, c.classifier, c.rpc = method, o.classifier, r.rpc
 	switch {
+	case o.hasScope:
+		// Its own scope, whose row is not the route's.
+		c.scope = o.scope
+		return nil
 	case r.excluded:
 		return nil
 	case r.scope != "":
-		c.scope, c.slot, c.rpc = r.scope, &r.row, r.rpc
+		c.scope, c.slot = r.scope, &r.row
 		return nil
 	}
 	scope, err := b.safeScopeOf(ctx, target, method)
-	c.scope, c.rpc = scope, r.rpc
+	c.scope = scope
 	return err
 }

@@ -99,7 +99,7 @@ func TestStateGaugeCountsByStateAndBreaker(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{"payments", "inventory"} {
 		b := newBreaker(t, memory.New(), WithMeterProvider(mt.mp), WithName(name))
-		b.admit(ctx, &call{scope: "in use", method: testMethod})
+		b.admit(ctx, routed(b, &call{scope: "in use", method: testMethod}))
 		if _, err := b.Isolate(ctx, "isolated", coordinator.Note{Reason: "test"}); err != nil {
 			t.Fatal(err)
 		}

@@ -387,5 +387,16 @@ func factOf(b *Breaker, scope string) *fact {
 
 // admitCall admits c and returns it, as the tests read it.
 func admitCall(b *Breaker, ctx context.Context, c *call) (*call, error) {
-	return c, b.admit(ctx, c)
+	return c, b.admit(ctx, routed(b, c))
+}
+
+// routed gives c, a call a test made, what its route would give it beside
+// its scope: its attributes in telemetry.
+func routed(b *Breaker, c *call) *call {
+	if c.rpc == nil {
+		var r call
+		b.route(context.Background(), &r, nil, c.method, nil)
+		c.rpc = r.rpc
+	}
+	return c
 }

@@ -265,7 +265,7 @@ type call struct {
 	// slot, when set, is where the call's route keeps the scope's row of
 	// the table (route.go).
 	slot *atomic.Pointer[known]
-	rpc  *rpcMethod // its attributes in telemetry; nil: found from method
+	rpc  *rpcMethod // its attributes in telemetry, its route's (route.go)
 	// start is when its admission began, then, once admitted, when its
 	// duration counts from.
 	start time.Time

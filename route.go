@@ -34,8 +34,6 @@ type targetRoute struct {
 	r      *route
 }
 
-type routeKey struct{ target, method string }
-
 // route is what the calls of one target and method share.
 type route struct {
 	excluded bool
@@ -87,9 +85,10 @@ func find(trs []targetRoute, target string) *route {
 	return nil
 }
 
-// add remembers r as the route of target and method, unless another was
-// added meanwhile, and returns the one remembered.
-func (rs *routes) add(target, method string, r *route) *route {
+// add returns the route of target and method, made by mk unless
+// another was added meanwhile, and remembers it while fewer than
+// maxRoutes are (remembered, which mk is told).
+func (rs *routes) add(target, method string, mk func(remembered bool) *route) *route {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	old := *rs.known.Load()
@@ -97,8 +96,9 @@ func (rs *routes) add(target, method string, r *route) *route {
 		return had
 	}
 	if rs.n >= maxRoutes {
-		return r
+		return mk(false)
 	}
+	r := mk(true)
 	next := maps.Clone(old)
 	trs := old[method]
 	next[method] = append(trs[:len(trs):len(trs)], targetRoute{target: target, r: r})

@@ -1,12 +1,10 @@
 package cbgrpc
 
 import (
-	"maps"
 	"net"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -41,16 +39,13 @@ const statusUnavailable = "UNAVAILABLE"
 // values they do not know. Spans, which make no series, still name them.
 const maxMethods = 1000
 
-// rpcMethods holds the attributes of each target and method, made on the
-// first call.
+// rpcMethods makes the attributes of a target and method, which the
+// route of their calls keeps (route.go): made once per route.
 type rpcMethods struct {
-	// known is copied on write: every call reads it, without a lock, and
-	// a process meets a new method rarely.
-	known atomic.Pointer[map[routeKey]*rpcMethod]
-	mu    sync.Mutex // serialises writers
 	// base is what every metric carries (the Breaker's name).
 	base  []attribute.KeyValue
 	other *rpcMetrics
+	named atomic.Int32 // the methods with metrics of their own, up to maxMethods
 }
 
 // rpcMethod is what telemetry says of the calls of one method on one
@@ -72,38 +67,22 @@ type rpcMetrics struct {
 }
 
 func (ms *rpcMethods) init(base []attribute.KeyValue) {
-	ms.known.Store(&map[routeKey]*rpcMethod{})
 	ms.base = base
 	ms.other = ms.newMetrics([]attribute.KeyValue{attrRPCMethod.String("_OTHER"), attrRPCSystemName.String("grpc")})
 }
 
-// get returns the attributes of full ("/pkg.Service/Method") called on
-// cc (nil: none known).
-func (ms *rpcMethods) get(cc *grpc.ClientConn, full string) *rpcMethod {
-	key := routeKey{target(cc), full}
-	if m := (*ms.known.Load())[key]; m != nil {
-		return m
-	}
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	old := *ms.known.Load()
-	if m := old[key]; m != nil {
-		return m
-	}
+// describe makes the attributes of full ("/pkg.Service/Method") called on
+// cc (nil: none known). named: its route is remembered, so that it may
+// have metrics of its own, while fewer than maxMethods do.
+func (ms *rpcMethods) describe(cc *grpc.ClientConn, full string, named bool) *rpcMethod {
 	name, kvs := rpcAttrs(full)
 	if cc != nil {
 		kvs = append(kvs, serverAttrs(cc.CanonicalTarget())...)
 	}
-	m := &rpcMethod{name: name, span: kvs}
-	if len(old) >= maxMethods {
-		m.rpcMetrics = ms.other
-		return m
+	m := &rpcMethod{name: name, span: kvs, rpcMetrics: ms.other}
+	if named && ms.named.Add(1) <= maxMethods {
+		m.rpcMetrics = ms.newMetrics(kvs)
 	}
-	m.rpcMetrics = ms.newMetrics(kvs)
-	known := make(map[routeKey]*rpcMethod, len(old)+1)
-	maps.Copy(known, old)
-	known[key] = m
-	ms.known.Store(&known)
 	return m
 }
 

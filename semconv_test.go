@@ -1,29 +1,39 @@
 package cbgrpc
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
 // Past maxMethods, methods made at run time share one set of attributes
 // in metrics: the decision metric's time series stay bounded. Their spans
 // still name them.
 func TestDecisionMethodsAreBounded(t *testing.T) {
-	var ms rpcMethods
-	ms.init(nil)
+	b := newBreaker(t, memory.New())
+	cc, ms := conn(t, "t"), &b.tel.methods
+	get := func(method string) *rpcMethod {
+		c, err := routeOf(b, context.Background(), cc, method, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.rpc
+	}
 	for i := range maxMethods {
-		if m := ms.get(nil, fmt.Sprintf("/svc.S/M%d", i)); m.rpcMetrics == ms.other {
+		if m := get(fmt.Sprintf("/svc.S/M%d", i)); m.rpcMetrics == ms.other {
 			t.Fatalf("method %d of %d read _OTHER", i, maxMethods)
 		}
 	}
-	if ms.get(nil, "/svc.S/M0").rpcMetrics == ms.other {
+	if get("/svc.S/M0").rpcMetrics == ms.other {
 		t.Error("a known method read _OTHER")
 	}
-	m := ms.get(nil, "/svc.S/OneTooMany")
+	m := get("/svc.S/OneTooMany")
 	if m.rpcMetrics != ms.other {
 		t.Fatalf("method %d has attributes %v, want _OTHER", maxMethods+1, m.attrs)
 	}
@@ -93,7 +103,7 @@ func TestServerAttributesOfAClientConn(t *testing.T) {
 	defer cc.Close()
 	var ms rpcMethods
 	ms.init(nil)
-	m := ms.get(cc, "/svc.S/M")
+	m := ms.describe(cc, "/svc.S/M", true)
 	want := attribute.NewSet(attrRPCMethod.String("svc.S/M"), attrRPCSystemName.String("grpc"),
 		attrServerAddress.String("localhost"), attrServerPort.Int(50051))
 	if got := attribute.NewSet(m.span...); !got.Equals(&want) {

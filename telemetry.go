@@ -242,22 +242,13 @@ func (t *telemetry) observeStates(o metric.Observer, k *knowledge) {
 	})
 }
 
-// rpcOf returns the attributes of c's method: its route's, or for a call
-// that came with none, its method's on no ClientConn.
-func (t *telemetry) rpcOf(c *call) *rpcMethod {
-	if c.rpc != nil {
-		return c.rpc
-	}
-	return t.methods.get(nil, c.method)
-}
-
 // decision counts one admission of c. A dry run's rejection counts as a
 // call its dry run let through.
 func (t *telemetry) decision(ctx context.Context, c *call, v coordinator.Verdict, by decider) {
 	if t.dryRun && v == coordinator.Reject {
 		v, by = coordinator.Allow, byDryRun
 	}
-	m := t.rpcOf(c)
+	m := c.rpc
 	if !t.scopeInMetrics && v >= 0 && int(v) < len(m.decisions) {
 		t.decisions.Add(ctx, 1, m.decisions[v][by]...)
 		return
@@ -366,7 +357,7 @@ func (t *telemetry) rejected(ctx context.Context, c *call, e *OpenError, by deci
 	if !t.rejectedSpans || t.dryRun {
 		return
 	}
-	m := t.rpcOf(c)
+	m := c.rpc
 	_, span := t.tracer.Start(ctx, m.name,
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithTimestamp(wall(c.start)),
