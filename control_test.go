@@ -104,8 +104,8 @@ func TestShortenedIsolationReachesTheCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the hour's isolation heard on the feed", func() bool {
-		f, _ := b.known.use("s", time.Now())
-		return f.state == coordinator.StateIsolated && time.Until(f.until) > 30*time.Minute
+		f, _ := b.known.use("s", instantNow())
+		return f.state == coordinator.StateIsolated && f.until.Sub(instantNow()) > 30*time.Minute
 	})
 	if _, err := c.Isolate(ctx, coordinator.CommandRequest{Scope: "s", Policy: p, Note: coordinator.Note{By: "ops", Reason: "almost done", For: 200 * time.Millisecond}}); err != nil {
 		t.Fatal(err)

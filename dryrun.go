@@ -35,7 +35,7 @@ func (b *Breaker) letThrough(c *call, err error) error {
 		// Reported, so that the fleet sees what enforcing would reject
 		// (coordinator.Snapshot.WouldReject); 0: decided without the
 		// coordinator, which would not hear it.
-		b.rec.add(item{scope: c.scope, outcome: coordinator.Outcome{Generation: c.gen, WouldReject: true}, at: b.rec.clock(c.start)})
+		b.rec.add(&item{scope: c.scope, outcome: coordinator.Outcome{Generation: c.gen, WouldReject: true}, at: c.start})
 	}
 	return nil
 }

@@ -111,7 +111,7 @@ func (b *Breaker) decideWithout(ctx context.Context, c *call, cause error) error
 	var link trace.SpanContext
 	if f, ok := b.known.notClosed(scope); ok {
 		link = f.cause
-		retry = max(retry, time.Until(f.until))
+		retry = max(retry, f.until.Sub(instantNow()))
 		by = byKnownState
 		e = &OpenError{Scope: scope, State: f.state, RetryAfter: retry, corrupt: corrupt,
 			Reason: unavailable + " and the scope was last seen " + f.state.String()}

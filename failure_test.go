@@ -418,7 +418,7 @@ func TestStaleClosedAnswerNeverErasesOpen(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.decideWithout(ctx, routed(b, &call{scope: scope, method: testMethod, start: time.Now()}), errTransport); !errors.Is(err, ErrOpen) {
+	if err := b.decideWithout(ctx, routed(b, &call{scope: scope, method: testMethod, start: instantNow()}), errTransport); !errors.Is(err, ErrOpen) {
 		t.Errorf("known-open scope with the coordinator down, after a late closed answer: %v; want ErrOpen", err)
 	}
 }

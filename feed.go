@@ -126,7 +126,7 @@ func (f *feed) serve(ctx context.Context) {
 			continue
 		}
 		// A recovery heard starts the ramp of the scope's policy.
-		f.k.learn(epoch, t.Scope, heard(t, f.k.policyOf(t.Scope).p.RampFor), time.Now())
+		f.k.learn(epoch, t.Scope, heard(t, f.k.policyOf(t.Scope).p.RampFor), instantNow())
 		f.tell(t)
 	}
 }

@@ -100,7 +100,7 @@ func cached(b *Breaker, scope string) (fact, bool) {
 		f = e.fact
 	}
 	b.known.mu.RUnlock()
-	return f, b.health.trusted() && b.known.answers(&f, time.Now())
+	return f, b.health.trusted() && b.known.answers(&f, instantNow())
 }
 
 // admitN admits n calls of scope and finishes each as a success.
@@ -214,7 +214,7 @@ func TestCacheAsksAgainAfterMaxAge(t *testing.T) {
 		t.Fatal("closed scope not cached")
 	}
 	// Wait out the bound (no outcome is recorded meanwhile to refresh it).
-	eventually(t, "the entry ages out", func() bool { return time.Since(e.checked) > maxAge })
+	eventually(t, "the entry ages out", func() bool { return instantNow().Sub(e.checked) > maxAge })
 	asked := fc.admits.Load()
 	admitN(t, b, scope, 1)
 	if fc.admits.Load() != asked+1 {

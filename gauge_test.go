@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"testing"
-	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
@@ -48,7 +47,7 @@ func TestStateGauge(t *testing.T) {
 	b.finish(context.Background(), probe, nil)
 	eventually(t, "closed", func() bool { s, _ := gauge(); return s == closed })
 
-	b.known.forget(time.Now().Add(2 * p.Window))
+	b.known.forget(instantNow().Add(2 * p.Window))
 	if _, ok := gauge(); ok {
 		t.Error("a point for a forgotten scope")
 	}

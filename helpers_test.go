@@ -381,7 +381,7 @@ func memoryWith(t testing.TB, clk *coordinatortest.Clock) (*memory.Coordinator, 
 
 // factOf is what b's table knows of scope now.
 func factOf(b *Breaker, scope string) *fact {
-	f, _ := b.known.use(scope, time.Now())
+	f, _ := b.known.use(scope, instantNow())
 	return f
 }
 

@@ -33,7 +33,7 @@ import (
 type knowledge struct {
 	maxAge time.Duration // how long a closed answer serves admissions; 0: never
 	idle   time.Duration // a scope with no call for this long is forgotten
-	born   time.Time     // when the table was made: marks of use count from it
+	born   instant       // when the table was made: marks of use count from it
 
 	// live is the number of the feed connection that is up, 0 while none
 	// is; the feed numbers its connections from 1.
@@ -91,12 +91,12 @@ type fact struct {
 	// until is when an open period or an isolation ends, local time:
 	// until then the scope is rejected without asking. An isolation until
 	// released is taken for maxAge at a time.
-	until   time.Time
-	checked time.Time // when the coordinator said so; zero once suspect
-	trust   uint64    // the feed connection under which it may answer admissions
+	until   instant
+	checked instant // when the coordinator said so; zero once suspect
+	trust   uint64  // the feed connection under which it may answer admissions
 	// rampEnd is when the ramp after a recovery ends, local time; zero
 	// when there is none (see ramp.go).
-	rampEnd time.Time
+	rampEnd instant
 	// window is the fleet's window of generation gen as the last Record
 	// that counted said it, for adaptive throttling (throttle.go); answers
 	// that say nothing of it keep it within the generation.
@@ -122,7 +122,7 @@ func admitsAll(s coordinator.State) bool {
 // newKnowledge returns an empty table. maxAge 0 means there is no feed:
 // nothing is followed, and nothing answers admissions.
 func newKnowledge(maxAge, idle time.Duration, code coordinator.Policy) *knowledge {
-	k := &knowledge{maxAge: maxAge, idle: idle, born: time.Now(), scopes: make(map[string]*known),
+	k := &knowledge{maxAge: maxAge, idle: idle, born: instantNow(), scopes: make(map[string]*known),
 		follow: make(map[string]struct{}), wake: make(chan struct{}, 1),
 		stale: make(map[string]struct{}), policyWake: make(chan struct{}, 1)}
 	k.base.Store(&inForce{p: code, src: coordinator.SourceCode})
@@ -133,7 +133,7 @@ func newKnowledge(maxAge, idle time.Duration, code coordinator.Policy) *knowledg
 // its row. It is on every protected call's path: for a scope the table
 // holds, no lock, no allocation, and no shared write but the coarse mark
 // of use. The fact returned is not to be changed.
-func (k *knowledge) use(scope string, now time.Time) (*fact, *known) {
+func (k *knowledge) use(scope string, now instant) (*fact, *known) {
 	if v, ok := k.index.Load(scope); ok {
 		if e := v.(*known); k.touch(e, now) {
 			return e.current(), e
@@ -150,7 +150,7 @@ func (k *knowledge) use(scope string, now time.Time) (*fact, *known) {
 
 // useRow is use, first trying the row that hint holds (nil: none), which
 // it then updates: a call's route keeps its scope's row (route.go).
-func (k *knowledge) useRow(hint *atomic.Pointer[known], scope string, now time.Time) (*fact, *known) {
+func (k *knowledge) useRow(hint *atomic.Pointer[known], scope string, now instant) (*fact, *known) {
 	if hint == nil {
 		return k.use(scope, now)
 	}
@@ -166,7 +166,7 @@ func (k *knowledge) useRow(hint *atomic.Pointer[known], scope string, now time.T
 // table was made, from 1 (0 and forgotten say other things). Not the wall
 // clock: a call's time may come from the Breaker's clock, whose wall
 // reading drifts from time.Now's (clock.go).
-func (k *knowledge) usedAt(now time.Time) int64 {
+func (k *knowledge) usedAt(now instant) int64 {
 	return max(int64(now.Sub(k.born)), 0) + 1
 }
 
@@ -176,7 +176,7 @@ const forgotten = -1
 // touch marks a call of e's scope at now. Coarse, so that a busy scope's
 // callers do not all write one cache line: forgetting needs no finer time
 // than a window. It reports false when e was forgotten meanwhile.
-func (k *knowledge) touch(e *known, now time.Time) bool {
+func (k *knowledge) touch(e *known, now instant) bool {
 	u := e.used.Load()
 	if u == forgotten {
 		return false
@@ -223,7 +223,7 @@ func (k *knowledge) row(scope string) *known {
 
 // answers reports whether f, what use returned at now, decides an
 // admission without asking the coordinator.
-func (k *knowledge) answers(f *fact, now time.Time) bool {
+func (k *knowledge) answers(f *fact, now instant) bool {
 	if k.maxAge == 0 || f.gen == 0 || f.trust == 0 || f.trust != k.live.Load() {
 		return false
 	}
@@ -311,7 +311,7 @@ func (k *knowledge) signal() {
 // learn keeps what the coordinator answered about scope at now, to a
 // question asked while feed connection epoch followed it (0: none), unless
 // the table knows something newer.
-func (k *knowledge) learn(epoch uint64, scope string, a answer, now time.Time) {
+func (k *knowledge) learn(epoch uint64, scope string, a answer, now instant) {
 	f := fact{state: a.state, gen: a.gen, checked: now, window: a.window}
 	if a.cause != "" {
 		f.cause = spanOf(a.cause)
@@ -395,7 +395,7 @@ func (k *knowledge) introduce(scope string) bool {
 // probeOutlier takes this replica's one probe slot in scope, where it is
 // an outlier of generation gen whose period has ended, until now + lease:
 // it reports false while another probe holds it.
-func (k *knowledge) probeOutlier(scope string, gen uint64, now time.Time, lease time.Duration) bool {
+func (k *knowledge) probeOutlier(scope string, gen uint64, now instant, lease time.Duration) bool {
 	into := new(fact)
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -433,7 +433,7 @@ func newer(f, old fact) bool {
 // forget drops the scopes with no call since idle before now whose known
 // open period, if any, has ended, and asks the feed to unfollow them. It
 // returns how many scopes it dropped.
-func (k *knowledge) forget(now time.Time) int {
+func (k *knowledge) forget(now instant) int {
 	live := k.live.Load()
 	cutoff := k.usedAt(now.Add(-k.idle))
 	k.mu.Lock()
@@ -461,7 +461,7 @@ func (k *knowledge) forget(now time.Time) int {
 // states calls f with what the table knows of each scope's state as of
 // now, as the coordinator would say it: an open period that has ended
 // reads half-open. Scopes of which nothing is known yet are left out.
-func (k *knowledge) states(now time.Time, f func(scope string, s coordinator.State)) {
+func (k *knowledge) states(now instant, f func(scope string, s coordinator.State)) {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	for scope, e := range k.scopes {

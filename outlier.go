@@ -22,12 +22,12 @@ import (
 // outlier of a scope, in generation gen; zero when it is none.
 type outlierFact struct {
 	gen    uint64
-	until  time.Time // local time: the end of its period
+	until  instant // the end of its period
 	reason string
 	// probe is, while a probe of this replica is out, until when it holds
 	// the replica's one probe slot (local time): a probe whose outcome
 	// never reaches the coordinator frees it then.
-	probe time.Time
+	probe instant
 	// cause is the span that recorded this replica's transition into the
 	// spell, which its rejections link to (cause.go).
 	cause trace.SpanContext
@@ -37,7 +37,7 @@ type outlierFact struct {
 func (o outlierFact) of(f *fact) bool { return o.gen != 0 && o.gen == f.gen }
 
 // outlierOf is what an answer at now says of this replica as an outlier.
-func outlierOf(a answer, now time.Time) outlierFact {
+func outlierOf(a answer, now instant) outlierFact {
 	if a.outlier == nil {
 		return outlierFact{}
 	}

@@ -157,10 +157,10 @@ func TestOutlierProbesAloneAfterItsPeriod(t *testing.T) {
 
 	// Its period ends, by the coordinator's clock and this process's.
 	clk.Advance(p.OpenFor)
-	var until time.Time
+	var until instant
 	eventually(t, "the period to end", func() bool {
 		until = factOf(bad, scope).outlier.until
-		return time.Now().After(until)
+		return !instantNow().Before(until)
 	})
 	ctx := context.Background()
 	probe, err := admitCall(bad, ctx, &call{scope: scope, method: testMethod})

@@ -45,7 +45,7 @@ func calmInterval(recordInterval time.Duration, p coordinator.Policy) time.Durat
 func calm(p coordinator.Policy, a answer) bool {
 	calls, failures, slow := a.window.calls, a.window.failures, a.window.slow
 	if a.state != coordinator.StateClosed || a.transition != nil || a.rampLeft > 0 || calls == 0 || (p.ConsecutiveFailures > 0 && p.Outliers == 0) ||
-		throttleShare(p, a.window) > 0 {
+		throttleShare(&p, &a.window) > 0 {
 		return false
 	}
 	under := func(n int, ratio float64) bool { return ratio == 0 || 2*float64(n) < ratio*float64(calls) }

@@ -140,7 +140,7 @@ func TestRedisRampInStep(t *testing.T) {
 		t.Fatalf("probe: %+v, %v", d, err)
 	}
 	res, err := ops.Settle(ctx, coordinator.SettleRequest{Scope: scope, Policy: p, Claim: "prober", Outcome: coordinator.Outcome{Generation: gen}})
-	closedAt := time.Now()
+	closedAt := instantNow()
 	if err != nil || res.RampLeft != p.RampFor {
 		t.Fatalf("closing probe: %+v, %v", res, err)
 	}
@@ -153,7 +153,7 @@ func TestRedisRampInStep(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	late, client := newReplica()
 	client.EmptyCall(ctx, &testpb.Empty{}) // asks the coordinator, which says what is left
-	ends := []time.Time{}
+	ends := []instant{}
 	for _, b := range append(early, late) {
 		ends = append(ends, factOf(b, scope).rampEnd)
 	}

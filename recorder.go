@@ -30,10 +30,9 @@ type item struct {
 	outcome coordinator.Outcome
 	caller  trace.SpanContext // the call's span, to parent or link transition spans
 	urgent  bool              // an outlier's probe: it goes at once, as a failure does
-	// at is when the call ended (an untimed one: began), on the
-	// recorder's clock (since): the order in which the outcomes of one
-	// scope, left in several shards, are taken.
-	at time.Duration
+	// at is when the call ended (an untimed one: began): the order in
+	// which the outcomes of one scope, left in several shards, are taken.
+	at instant
 	// verdict, when set, is released once the Record carrying the outcome
 	// has returned, or the outcome was dropped (verdict.go).
 	verdict *verdict
@@ -41,6 +40,9 @@ type item struct {
 	// merged into it (waiting.go): the successes of a closed scope cost
 	// an increment, not an item each.
 	more int
+	// mergeable: the outcome is plain, and the next equal one may merge
+	// into it (set by add).
+	mergeable bool
 }
 
 // plain reports whether it is an outcome that nothing but its count
@@ -124,7 +126,6 @@ type recorder struct {
 	next   atomic.Uint32
 	kickAt int
 	kick   chan struct{} // cap 1: something waiting must go now
-	since  time.Time     // the recorder's clock: item.at
 	// merged is the loop's list for merging a scope's outcomes taken
 	// from several shards.
 	merged []item
@@ -158,7 +159,6 @@ func newRecorder(in recording) *recorder {
 		// waiting for one.
 		maxSending: 4 * runtime.GOMAXPROCS(0),
 		kick:       make(chan struct{}, 1),
-		since:      time.Now(),
 	}
 	r.shards = make([]*shard, shardsPerP*runtime.GOMAXPROCS(0))
 	for i := range r.shards {

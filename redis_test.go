@@ -370,7 +370,7 @@ func TestRedisRolledBackStartsAboveWhatTheBreakerSaw(t *testing.T) {
 		return err == nil
 	})
 	after := snapshotOf(t, c, scope, p)
-	known, _ := b.known.use(scope, time.Now())
+	known, _ := b.known.use(scope, instantNow())
 	t.Logf("generations: %d before the trip, %d tripped (lost), %d after the rollback; the table holds %v in %d",
 		before.Generation, tripped.Generation, after.Generation, known.state, known.gen)
 	if after.State != coordinator.StateClosed || after.Generation <= tripped.Generation {

@@ -139,7 +139,7 @@ func (b *Breaker) roundTrip(ctx context.Context, t exchange, f func(ctx context.
 	if t.mute {
 		return a, nil
 	}
-	b.known.learn(epoch, t.scope, a, time.Now())
+	b.known.learn(epoch, t.scope, a, instantNow())
 	if a.transition != nil {
 		parent := ctx
 		var links []trace.Link

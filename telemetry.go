@@ -221,7 +221,7 @@ const stateCount = coordinator.StateDisabled + 1
 func (t *telemetry) observeStates(o metric.Observer, k *knowledge) {
 	if !t.scopeInMetrics {
 		var n [stateCount]int64
-		k.states(time.Now(), func(_ string, s coordinator.State) {
+		k.states(instantNow(), func(_ string, s coordinator.State) {
 			if s < stateCount {
 				n[s]++
 			}
@@ -231,7 +231,7 @@ func (t *telemetry) observeStates(o metric.Observer, k *knowledge) {
 		}
 		return
 	}
-	k.states(time.Now(), func(scope string, in coordinator.State) {
+	k.states(instantNow(), func(scope string, in coordinator.State) {
 		for s := range stateCount {
 			var v int64
 			if s == in {
@@ -360,7 +360,7 @@ func (t *telemetry) rejected(ctx context.Context, c *call, e *OpenError, by deci
 	m := c.rpc
 	_, span := t.tracer.Start(ctx, m.name,
 		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithTimestamp(wall(c.start)),
+		trace.WithTimestamp(c.start.wall()),
 		trace.WithLinks(links...),
 		trace.WithAttributes(m.span...),
 		trace.WithAttributes(attrRPCStatusCode.String(statusUnavailable)),

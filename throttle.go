@@ -33,7 +33,7 @@ import (
 // window, and the breaker would never open.
 
 // throttleShare is the share of calls to reject by the counts w under p.
-func throttleShare(p coordinator.Policy, w window) float64 {
+func throttleShare(p *coordinator.Policy, w *window) float64 {
 	if p.Throttle == 0 || w.calls < max(p.MinCalls, p.ConsecutiveFailures, 1) {
 		return 0
 	}
@@ -48,8 +48,8 @@ func throttleShare(p coordinator.Policy, w window) float64 {
 // in the window as a throttled request (never a call); nil admits it.
 // Each call draws on its own from math/rand/v2's generator, which needs
 // no lock.
-func (b *Breaker) throttling(ctx context.Context, c *call, w window, p *coordinator.Policy) *OpenError {
-	share := throttleShare(*p, w)
+func (b *Breaker) throttling(ctx context.Context, c *call, w *window, p *coordinator.Policy) *OpenError {
+	share := throttleShare(p, w)
 	if share == 0 || rand.Float64() >= share {
 		return nil
 	}

@@ -44,7 +44,7 @@ func TestThrottleShare(t *testing.T) {
 		{"fewer calls than MinCalls", p, window{calls: 19, failures: 19, throttled: 1000}, 0},
 		{"fewer calls than ConsecutiveFailures", consecutive, window{calls: 49, failures: 49}, 0},
 	} {
-		if got := throttleShare(c.p, c.w); math.Abs(got-c.want) > 1e-12 {
+		if got := throttleShare(&c.p, &c.w); math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("%s: throttleShare(%+v) = %v; want %v", c.what, c.w, got, c.want)
 		}
 	}

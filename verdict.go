@@ -57,7 +57,7 @@ func (k *knowledge) failed(scope string) *verdict {
 		return nil
 	}
 	if admitsAll(e.state) && !e.checked.IsZero() {
-		e.checked = time.Time{}
+		e.checked = 0
 		if into == nil {
 			into = new(fact)
 		}

@@ -32,7 +32,7 @@ func TestVerdictOncePerRun(t *testing.T) {
 			p := coordinator.DefaultPolicy()
 			tc.edit(&p)
 			k := newKnowledge(time.Second, time.Minute, p)
-			_, row := k.use("s", time.Now())
+			_, row := k.use("s", instantNow())
 			for run := range 2 {
 				var got *verdict
 				for i := 1; i <= 3*max(tc.at, 10); i++ {
@@ -89,7 +89,7 @@ func TestVerdictWithoutAnAnswer(t *testing.T) {
 			t.Fatalf("call %d: %v; want the sidecar's failure", i, err)
 		}
 	}
-	_, row := b.known.use(scope, time.Now())
+	_, row := b.known.use(scope, instantNow())
 	if v := row.verdict.Load(); v != nil {
 		t.Errorf("a verdict is still awaited after the coordinator timeout")
 	}

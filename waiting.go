@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"slices"
 	"sync"
-	"time"
 )
 
 // Where outcomes wait for the recorder's loop: shards, one mostly per P,
@@ -22,7 +21,11 @@ type shard struct {
 	// A list is held by its address, so that appending to it writes no map.
 	waiting map[string]*[]item
 	spare   map[string]*[]item
-	_       [64]byte // a cache line of its own, apart from its neighbours'
+	// lastScope and lastList are the list of waiting last found
+	// (list); nil once taken.
+	lastScope string
+	lastList  *[]item
+	_         [64]byte // a cache line of its own, apart from its neighbours'
 }
 
 // shardOf is which shard the calls of a P add to: the pool keeps one per
@@ -42,7 +45,7 @@ func (r *recorder) lock() (*shard, *shardOf) {
 }
 
 // add queues an outcome; it never blocks the call.
-func (r *recorder) add(it item) {
+func (r *recorder) add(it *item) {
 	s, of := r.lock()
 	defer r.local.Put(of)
 	if s.closed {
@@ -54,19 +57,15 @@ func (r *recorder) add(it item) {
 	if testHookRecorderAdd != nil {
 		testHookRecorderAdd()
 	}
-	list := s.waiting[it.scope]
+	list := s.list(it.scope)
 	if list == nil {
-		if list = s.spare[it.scope]; list != nil {
-			delete(s.spare, it.scope)
-		} else {
-			list = new([]item)
-		}
-		s.waiting[it.scope] = list
+		list = s.open(it.scope)
 		// At most once an interval a scope and shard: whether the
 		// coordinator has yet to hear this replica in it.
 		it.urgent = it.urgent || r.in.known.introduce(it.scope)
 	}
-	if l := len(*list); l > 0 && it.plain() && (*list)[l-1].plain() && (*list)[l-1].outcome == it.outcome {
+	it.mergeable = it.plain()
+	if l := len(*list); l > 0 && it.mergeable && (*list)[l-1].mergeable && (*list)[l-1].outcome == it.outcome {
 		// One more of a run: the loop takes it as many outcomes.
 		last := &(*list)[l-1]
 		last.more++
@@ -83,12 +82,40 @@ func (r *recorder) add(it item) {
 		it.verdict.release()
 		return
 	}
-	*list = append(*list, it)
+	*list = append(*list, *it)
 	now := it.claim != "" || it.outcome.Failure || it.urgent || len(*list) >= r.kickAt
 	s.mu.Unlock()
 	if now {
 		r.wake()
 	}
+}
+
+// list is the list of scope's outcomes waiting in s; nil: none. The
+// shard remembers the last one found, so that the calls of a busy scope
+// hash its name only when another scope's came between.
+func (s *shard) list(scope string) *[]item {
+	if s.lastList != nil && s.lastScope == scope {
+		return s.lastList
+	}
+	list := s.waiting[scope]
+	if list != nil {
+		s.lastScope, s.lastList = scope, list
+	}
+	return list
+}
+
+// open starts the list of scope's outcomes waiting in s: its spare, if
+// it has one.
+func (s *shard) open(scope string) *[]item {
+	list := s.spare[scope]
+	if list != nil {
+		delete(s.spare, scope)
+	} else {
+		list = new([]item)
+	}
+	s.waiting[scope] = list
+	s.lastScope, s.lastList = scope, list
+	return list
 }
 
 // wake tells the loop that something waiting must go now.
@@ -98,9 +125,6 @@ func (r *recorder) wake() {
 	default:
 	}
 }
-
-// clock is the time on the recorder's clock (item.at) of t.
-func (r *recorder) clock(t time.Time) time.Duration { return t.Sub(r.since) }
 
 // takenList is a list the loop took from a shard.
 type takenList struct {
@@ -150,6 +174,7 @@ func (s *shard) take(scope string) map[string]*[]item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var taken map[string]*[]item
+	s.lastScope, s.lastList = "", nil
 	if scope == "" {
 		taken, s.waiting = s.waiting, make(map[string]*[]item, len(s.waiting))
 	} else if list, ok := s.waiting[scope]; ok {
