@@ -308,12 +308,12 @@ func (b *Breaker) admit(ctx context.Context, c *call) error {
 			return err
 		}
 	}
+	c.gen = d.gen // admitted in, or rejected in
 	if e, throttled := b.shape(ctx, c, &d); e != nil {
 		if throttled {
 			// Counted in the window as a throttled request (throttle.go).
 			b.rec.add(&item{scope: c.scope, outcome: coordinator.Outcome{Generation: d.gen, Throttled: true}, at: instantNow()})
 		}
-		c.gen = d.gen // the generation it was rejected in
 		return e
 	}
 	return b.result(ctx, c, &d)
@@ -465,14 +465,13 @@ func (b *Breaker) result(ctx context.Context, c *call, d *decision) error {
 	case coordinator.Reject:
 		e := &OpenError{Scope: c.scope, State: d.state, RetryAfter: d.retryAfter, Reason: rejectReason(d.state)}
 		b.tel.rejected(ctx, c, e, d.by, d.cause)
-		c.gen = d.gen // the generation it was rejected in
 		return e
 	case coordinator.Probe:
 		c.fate, c.claim = probing, d.claim
 	default:
 		c.fate, c.untimed = recorded, d.policy.SlowCallDuration == 0
 	}
-	c.gen, c.start, c.row = d.gen, d.start, d.row
+	c.start, c.row = d.start, d.row
 	return nil
 }
 
