@@ -386,8 +386,8 @@ func TestStaleClosedAnswerNeverErasesOpen(t *testing.T) {
 	// computed it, as a slow network would.
 	var hold atomic.Bool
 	held, release := make(chan struct{}), make(chan struct{})
-	tc.answered = func() {
-		if hold.CompareAndSwap(true, false) {
+	tc.answered = func(op string, _ coordinator.Result) {
+		if op == "record" && hold.CompareAndSwap(true, false) {
 			held <- struct{}{}
 			<-release
 		}
