@@ -428,7 +428,7 @@ func TestStaleClosedAnswerNeverErasesOpen(t *testing.T) {
 // first error until a coordinator call succeeds, the table answers
 // nothing.
 func TestFailClosedNeverBypassedAfterTheBackoff(t *testing.T) {
-	fc := newFeedCoordinator(t, memory.New())
+	fc := newTestCoordinator(t, memory.New()).withFeed()
 	b := newBreaker(t, fc, WithPolicy(tripPolicy()), WithCoordinatorFailure(FailClosed), WithCoordinatorBackoff(10*time.Millisecond))
 	ctx := context.Background()
 	const scope = "fencing/fail-closed"
