@@ -386,8 +386,8 @@ func TestStaleClosedAnswerNeverErasesOpen(t *testing.T) {
 	// computed it, as a slow network would.
 	var hold atomic.Bool
 	held, release := make(chan struct{}), make(chan struct{})
-	tc.answered = func() {
-		if hold.CompareAndSwap(true, false) {
+	tc.answered = func(op string, _ coordinator.Result) {
+		if op == "record" && hold.CompareAndSwap(true, false) {
 			held <- struct{}{}
 			<-release
 		}
@@ -428,7 +428,7 @@ func TestStaleClosedAnswerNeverErasesOpen(t *testing.T) {
 // first error until a coordinator call succeeds, the table answers
 // nothing.
 func TestFailClosedNeverBypassedAfterTheBackoff(t *testing.T) {
-	fc := newFeedCoordinator(t, memory.New())
+	fc := newTestCoordinator(t, memory.New()).withFeed()
 	b := newBreaker(t, fc, WithPolicy(tripPolicy()), WithCoordinatorFailure(FailClosed), WithCoordinatorBackoff(10*time.Millisecond))
 	ctx := context.Background()
 	const scope = "fencing/fail-closed"

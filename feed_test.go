@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,73 +12,6 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
-
-// feedCoordinator is a counting test coordinator that also offers the
-// transition feed of the coordinator it wraps, which a test can break or
-// silence.
-type feedCoordinator struct {
-	*testCoordinator
-	w coordinator.Watcher
-
-	mu      sync.Mutex
-	watches []coordinator.Watch
-	refuse  bool // Watch fails
-	opened  int
-	// silent makes every watch drop what it hears without a word, as a
-	// feed connected to a demoted master would.
-	silent atomic.Bool
-}
-
-func newFeedCoordinator(t testing.TB, c coordinator.Coordinator) *feedCoordinator {
-	return &feedCoordinator{testCoordinator: newTestCoordinator(t, c), w: c.(coordinator.Watcher)}
-}
-
-func (c *feedCoordinator) Watch(ctx context.Context) (coordinator.Watch, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.refuse {
-		return nil, errTransport
-	}
-	w, err := c.w.Watch(ctx)
-	if err == nil {
-		c.watches = append(c.watches, w)
-		c.opened++
-		w = &silenceable{Watch: w, silent: &c.silent}
-	}
-	return w, err
-}
-
-type silenceable struct {
-	coordinator.Watch
-	silent *atomic.Bool
-}
-
-func (w *silenceable) Next(ctx context.Context) (coordinator.Transition, error) {
-	for {
-		t, err := w.Watch.Next(ctx)
-		if err != nil || !w.silent.Load() {
-			return t, err
-		}
-	}
-}
-
-// breakFeed closes every open subscription and refuses new ones until
-// mend: the Breaker's Next fails as on a broken connection.
-func (c *feedCoordinator) breakFeed() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.refuse = true
-	for _, w := range c.watches {
-		w.Close()
-	}
-	c.watches = nil
-}
-
-func (c *feedCoordinator) mend() {
-	c.mu.Lock()
-	c.refuse = false
-	c.mu.Unlock()
-}
 
 // followed reports whether b's live feed follows scope, so that the
 // answers about it serve admissions.
@@ -116,7 +48,7 @@ func admitN(t *testing.T, b *Breaker, scope string, n int) {
 }
 
 func TestCacheAdmitsKnownClosedScopeWithoutAsking(t *testing.T) {
-	fc := newFeedCoordinator(t, memory.New())
+	fc := newTestCoordinator(t, memory.New()).withFeed()
 	b := newBreaker(t, fc, WithPolicy(tripPolicy()))
 	const scope = "cache/closed"
 	admitN(t, b, scope, 1)
@@ -131,7 +63,7 @@ func TestCacheAdmitsKnownClosedScopeWithoutAsking(t *testing.T) {
 
 func TestCacheHearsTripOfAnotherReplica(t *testing.T) {
 	m := memory.New()
-	fc := newFeedCoordinator(t, m)
+	fc := newTestCoordinator(t, m).withFeed()
 	b := newBreaker(t, fc, WithPolicy(tripPolicy()))
 	other := newBreaker(t, m, WithPolicy(tripPolicy()), WithAdmissionCache(0))
 	const scope = "cache/trip"
@@ -169,7 +101,7 @@ func TestCacheHearsTripOfAnotherReplica(t *testing.T) {
 }
 
 func TestCacheDroppedWhenFeedBreaks(t *testing.T) {
-	fc := newFeedCoordinator(t, memory.New())
+	fc := newTestCoordinator(t, memory.New()).withFeed()
 	m := newMetrics()
 	b := newBreaker(t, fc, WithPolicy(tripPolicy()), WithMeterProvider(m.mp))
 	const scope = "cache/feed-lost"
@@ -191,7 +123,7 @@ func TestCacheDroppedWhenFeedBreaks(t *testing.T) {
 		t.Errorf("cbgrpc.feed.losses = %d after the feed broke, want at least 1", n)
 	}
 
-	fc.mend()
+	fc.refuse.Store(false) // mended
 	eventually(t, "a new feed follows the scope again", func() bool { return followed(b, scope) })
 	admitN(t, b, scope, 1)
 	asked = fc.admits.Load()
@@ -202,7 +134,7 @@ func TestCacheDroppedWhenFeedBreaks(t *testing.T) {
 }
 
 func TestCacheAsksAgainAfterMaxAge(t *testing.T) {
-	fc := newFeedCoordinator(t, memory.New())
+	fc := newTestCoordinator(t, memory.New()).withFeed()
 	const maxAge = 20 * time.Millisecond
 	b := newBreaker(t, fc, WithPolicy(tripPolicy()), WithAdmissionCache(maxAge))
 	const scope = "cache/max-age"
@@ -225,7 +157,7 @@ func TestCacheAsksAgainAfterMaxAge(t *testing.T) {
 func TestCacheHalfOpenAlwaysAsks(t *testing.T) {
 	clk := coordinatortest.NewClock()
 	m := memory.New(memory.WithClock(clk.Now))
-	fc := newFeedCoordinator(t, m)
+	fc := newTestCoordinator(t, m).withFeed()
 	p := tripPolicy()
 	p.Probes = 2
 	p.ProbeSuccesses = 2
@@ -266,7 +198,7 @@ func TestWithAdmissionCacheRejectsNegative(t *testing.T) {
 // coordinator: a dependency that starts failing is not fed from the cache
 // while the news of the trip travels.
 func TestCacheAsksAfterAFailure(t *testing.T) {
-	fc := newFeedCoordinator(t, memory.New())
+	fc := newTestCoordinator(t, memory.New()).withFeed()
 	// The failure's Record is held: its answer ("closed") would make the
 	// scope cached again, and may otherwise come before the admission.
 	var holding atomic.Bool
@@ -305,7 +237,7 @@ func TestCacheAsksAfterAFailure(t *testing.T) {
 // waited for it) sends the next admission to the coordinator, and that
 // answer makes the cache trusted again.
 func TestCacheNotUsedWhileCoordinatorFails(t *testing.T) {
-	fc := newFeedCoordinator(t, memory.New())
+	fc := newTestCoordinator(t, memory.New()).withFeed()
 	b := newBreaker(t, fc, WithPolicy(tripPolicy()), WithCoordinatorBackoff(time.Hour))
 	const scope = "cache/coordinator-down"
 	admitN(t, b, scope, 1)
@@ -333,7 +265,7 @@ func TestCacheNotUsedWhileCoordinatorFails(t *testing.T) {
 // on the feed is obeyed at once.
 func TestCacheFollowsOperatorStates(t *testing.T) {
 	m := memory.New()
-	fc := newFeedCoordinator(t, m)
+	fc := newTestCoordinator(t, m).withFeed()
 	b := newBreaker(t, fc, WithPolicy(tripPolicy()))
 	ctx := context.Background()
 	p := tripPolicy()

@@ -10,11 +10,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
-	"google.golang.org/grpc/status"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
@@ -154,153 +152,6 @@ func tripScope(t testing.TB, c coordinator.Coordinator, scope string, p coordina
 		t.Fatalf("tripping %q: %+v, %v", scope, res, err)
 	}
 	return res.Generation
-}
-
-// mode says how a [testCoordinator] answers.
-type mode int32
-
-const (
-	modeOK    mode = iota
-	modeFail       // every operation fails at once with a transport error
-	modeBlock      // every operation blocks until released, ignoring its context (a paused Redis with a default go-redis client)
-)
-
-var errTransport = status.Error(codes.Unavailable, "test coordinator: connection refused")
-
-// testCoordinator wraps a coordinator, counting operations and failing or
-// blocking on demand.
-type testCoordinator struct {
-	coordinator.Coordinator
-	mode    atomic.Int32
-	release chan struct{}
-	// failAdmits and failSends fail this many Admits, or Records and
-	// Settles, before mode applies (apart, so that a call's asynchronous
-	// Record cannot use up a failure meant for the next call's Admit);
-	// failRecords fails every Record and Settle whatever the mode.
-	failAdmits, failSends atomic.Int32
-	failRecords           atomic.Bool
-	once                  sync.Once
-
-	admits, records, settles atomic.Int64
-	recorded, settled        atomic.Int64 // outcomes delivered
-	claims                   sync.Map     // claim -> admissions with it
-	batchIDs                 sync.Map     // batch ID -> Records with it
-	snapshots                atomic.Int64
-	inflight, maxInflight    atomic.Int64 // concurrent Records
-	recordHook               func()
-	// answered, when set, runs once the coordinator answered a Record,
-	// before the answer is returned: a slow network's.
-	answered func()
-	// admitted, when set, may answer an Admit in the coordinator's stead
-	// (ok): a policy refused, a scope's state corrupt, a panic.
-	admitted func(q coordinator.AdmitRequest) (d coordinator.Decision, err error, ok bool)
-
-	mu  sync.Mutex
-	got []coordinator.Outcome // every outcome delivered by Record or Settle
-}
-
-func (c *testCoordinator) outcomes() []coordinator.Outcome {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]coordinator.Outcome(nil), c.got...)
-}
-
-func newTestCoordinator(t testing.TB, c coordinator.Coordinator) *testCoordinator {
-	tc := &testCoordinator{Coordinator: c, release: make(chan struct{})}
-	t.Cleanup(tc.unblock)
-	return tc
-}
-
-func (c *testCoordinator) set(m mode) { c.mode.Store(int32(m)) }
-
-func (c *testCoordinator) unblock() { c.once.Do(func() { close(c.release) }) }
-
-func (c *testCoordinator) gate(failNext *atomic.Int32) error {
-	for {
-		n := failNext.Load()
-		if n <= 0 {
-			break
-		}
-		if failNext.CompareAndSwap(n, n-1) {
-			return errTransport
-		}
-	}
-	switch mode(c.mode.Load()) {
-	case modeFail:
-		return errTransport
-	case modeBlock:
-		<-c.release
-		return errTransport
-	}
-	return nil
-}
-
-func (c *testCoordinator) Admit(ctx context.Context, q coordinator.AdmitRequest) (coordinator.Decision, error) {
-	c.admits.Add(1)
-	n, _ := c.claims.LoadOrStore(q.Claim, new(atomic.Int64))
-	n.(*atomic.Int64).Add(1)
-	if c.admitted != nil {
-		if d, err, ok := c.admitted(q); ok {
-			return d, err
-		}
-	}
-	if err := c.gate(&c.failAdmits); err != nil {
-		return coordinator.Decision{}, err
-	}
-	return c.Coordinator.Admit(ctx, q)
-}
-
-func (c *testCoordinator) Snapshot(ctx context.Context, scope string, p coordinator.Policy) (coordinator.Snapshot, error) {
-	c.snapshots.Add(1)
-	return c.Coordinator.Snapshot(ctx, scope, p)
-}
-
-func (c *testCoordinator) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
-	outcomes := q.Outcomes
-	c.records.Add(1)
-	n, _ := c.batchIDs.LoadOrStore(q.BatchID, new(atomic.Int64))
-	n.(*atomic.Int64).Add(1)
-	in := c.inflight.Add(1)
-	defer c.inflight.Add(-1)
-	for {
-		m := c.maxInflight.Load()
-		if in <= m || c.maxInflight.CompareAndSwap(m, in) {
-			break
-		}
-	}
-	if c.recordHook != nil {
-		c.recordHook()
-	}
-	if c.failRecords.Load() {
-		return coordinator.Result{}, errTransport
-	}
-	if err := c.gate(&c.failSends); err != nil {
-		return coordinator.Result{}, err
-	}
-	c.recorded.Add(int64(len(outcomes)))
-	c.mu.Lock()
-	c.got = append(c.got, outcomes...)
-	c.mu.Unlock()
-	res, err := c.Coordinator.Record(ctx, q)
-	if c.answered != nil {
-		c.answered()
-	}
-	return res, err
-}
-
-func (c *testCoordinator) Settle(ctx context.Context, q coordinator.SettleRequest) (coordinator.Result, error) {
-	c.settles.Add(1)
-	if c.failRecords.Load() {
-		return coordinator.Result{}, errTransport
-	}
-	if err := c.gate(&c.failSends); err != nil {
-		return coordinator.Result{}, err
-	}
-	c.settled.Add(1)
-	c.mu.Lock()
-	c.got = append(c.got, q.Outcome)
-	c.mu.Unlock()
-	return c.Coordinator.Settle(ctx, q)
 }
 
 // notClosed reports whether b remembers scope as not closed, so that it

@@ -96,7 +96,7 @@ func TestQuietScopeIsAnsweredLocallyAfterAnIdleWindow(t *testing.T) {
 	for _, kind := range everyCoordinator[:2] {
 		t.Run(kind.name, func(t *testing.T) {
 			clk := coordinatortest.NewClock()
-			fc := newFeedCoordinator(t, kind.make(t, clk))
+			fc := newTestCoordinator(t, kind.make(t, clk)).withFeed()
 			p := tripPolicy()
 			const maxAge = 20 * time.Millisecond
 			b := newBreaker(t, fc, WithPolicy(p), WithAdmissionCache(maxAge))
@@ -127,7 +127,7 @@ func TestQuietScopeIsAnsweredLocallyAfterAnIdleWindow(t *testing.T) {
 func TestRecordAnswerSayingOpenRejectsLocally(t *testing.T) {
 	clk := coordinatortest.NewClock()
 	m := memory.New(memory.WithClock(clk.Now))
-	fc := newFeedCoordinator(t, m)
+	fc := newTestCoordinator(t, m).withFeed()
 	p := tripPolicy()
 	b := newBreaker(t, fc, WithPolicy(p))
 	const scope = "fencing/record-says-open"

@@ -245,7 +245,7 @@ func TestSharedPolicyLeavesOutWhatBreaksTheCode(t *testing.T) {
 // feed connects.
 func TestDeafFeedIsReportedOnce(t *testing.T) {
 	reported := otelErrors(t)
-	c := &deafCoordinator{Coordinator: memory.New()}
+	c := newTestCoordinator(t, memory.New()).whole()
 	b := newBreaker(t, c, WithPolicy(tripPolicy()))
 	const scope = "deaf"
 	admitN(t, b, scope, 1)
@@ -261,35 +261,4 @@ func TestDeafFeedIsReportedOnce(t *testing.T) {
 	if len(deaf) != 1 {
 		t.Errorf("reported %d times that the feed cannot tell policy changes, want once: %v", len(deaf), deaf)
 	}
-}
-
-// deafCoordinator is the memory coordinator behind a Watch that hides
-// coordinator.PolicyWatch, as a careless wrapper would.
-type deafCoordinator struct {
-	*memory.Coordinator
-	opened  atomic.Int64
-	mu      sync.Mutex
-	watches []coordinator.Watch
-}
-
-func (c *deafCoordinator) Watch(ctx context.Context) (coordinator.Watch, error) {
-	w, err := c.Coordinator.Watch(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c.opened.Add(1)
-	c.mu.Lock()
-	c.watches = append(c.watches, w)
-	c.mu.Unlock()
-	return struct{ coordinator.Watch }{w}, nil
-}
-
-// closeWatches ends every Watch: the feed connects again.
-func (c *deafCoordinator) closeWatches() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, w := range c.watches {
-		w.Close()
-	}
-	c.watches = nil
 }

@@ -34,8 +34,9 @@ func BenchmarkTripPropagation(b *testing.B) {
 	heardc := make(chan heardAt, 64*replicas)
 	var breakers []*Breaker
 	for range replicas {
-		c := &timedFeed{Coordinator: cbredis.New(srv.Client(b)), heard: heardc}
-		br, err := New(c, WithPolicy(p), WithAdmissionCache(time.Hour))
+		c := newTestCoordinator(b, cbredis.New(srv.Client(b)))
+		c.heard = func(tr coordinator.Transition) { heardc <- heardAt{tr, time.Now()} }
+		br, err := New(c.likeRedis(), WithPolicy(p), WithAdmissionCache(time.Hour))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -104,32 +105,4 @@ func BenchmarkTripPropagation(b *testing.B) {
 type heardAt struct {
 	coordinator.Transition
 	at time.Time
-}
-
-// timedFeed is a Redis coordinator whose feed reports every transition it
-// delivers, with the time.
-type timedFeed struct {
-	*cbredis.Coordinator
-	heard chan<- heardAt
-}
-
-func (c *timedFeed) Watch(ctx context.Context) (coordinator.Watch, error) {
-	w, err := c.Coordinator.Watch(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &timedWatch{Watch: w, heard: c.heard}, nil
-}
-
-type timedWatch struct {
-	coordinator.Watch
-	heard chan<- heardAt
-}
-
-func (w *timedWatch) Next(ctx context.Context) (coordinator.Transition, error) {
-	t, err := w.Watch.Next(ctx)
-	if err == nil {
-		w.heard <- heardAt{t, time.Now()}
-	}
-	return t, err
 }

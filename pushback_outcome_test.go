@@ -51,55 +51,15 @@ func (s *answering) StreamingOutputCall(_ *testpb.StreamingOutputCallRequest, st
 	return err
 }
 
-// outcomeFirst is a memory coordinator whose Push waits until a Record or
-// Settle has opened the breaker. It counts the transitions to open.
-type outcomeFirst struct {
-	*memory.Coordinator
-	opened chan struct{} // cap 1: a Record or Settle opened the breaker
-	opens  atomic.Int64
-}
-
-func (c *outcomeFirst) saw(res coordinator.Result) {
-	if tr := res.Transition; tr != nil && tr.To == coordinator.StateOpen && tr.Replica == "" {
-		c.opens.Add(1)
-		select {
-		case c.opened <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (c *outcomeFirst) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
-	res, err := c.Coordinator.Record(ctx, q)
-	c.saw(res)
-	return res, err
-}
-
-func (c *outcomeFirst) Settle(ctx context.Context, q coordinator.SettleRequest) (coordinator.Result, error) {
-	res, err := c.Coordinator.Settle(ctx, q)
-	c.saw(res)
-	return res, err
-}
-
-func (c *outcomeFirst) Push(ctx context.Context, q coordinator.PushRequest) (coordinator.Result, error) {
-	select {
-	case <-c.opened:
-	case <-ctx.Done():
-		return coordinator.Result{}, ctx.Err()
-	}
-	res, err := c.Coordinator.Push(ctx, q)
-	if res.Transition != nil {
-		c.opens.Add(1)
-	}
-	return res, err
-}
-
-// pushbackOrder is one breaker over an outcomeFirst coordinator on a test
-// clock, calling an answering server.
+// pushbackOrder is one breaker over a memory coordinator on a test clock,
+// calling an answering server. The coordinator's Push waits until a Record
+// or Settle has opened the breaker; opens counts the transitions to open.
 type pushbackOrder struct {
 	t      *testing.T
 	clock  *coordinatortest.Clock
-	c      *outcomeFirst
+	c      whole
+	opened chan struct{} // cap 1: a Record or Settle opened the breaker
+	opens  atomic.Int64
 	b      *Breaker
 	svc    *answering
 	client testgrpc.TestServiceClient
@@ -108,17 +68,37 @@ type pushbackOrder struct {
 
 func newPushbackOrder(t *testing.T) *pushbackOrder {
 	clock := coordinatortest.NewClock()
-	c := &outcomeFirst{Coordinator: memory.New(memory.WithClock(clock.Now)), opened: make(chan struct{}, 1)}
+	o := &pushbackOrder{t: t, clock: clock, opened: make(chan struct{}, 1)}
+	o.c = newTestCoordinator(t, memory.New(memory.WithClock(clock.Now))).whole()
+	o.c.answered = func(op string, res coordinator.Result) {
+		if tr := res.Transition; op == "push" && tr != nil {
+			o.opens.Add(1)
+		} else if tr != nil && tr.To == coordinator.StateOpen && tr.Replica == "" {
+			o.opens.Add(1)
+			select {
+			case o.opened <- struct{}{}:
+			default:
+			}
+		}
+	}
+	o.c.pushing = func(ctx context.Context) error {
+		select {
+		case <-o.opened:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	p := coordinator.DefaultPolicy()
 	p.MinCalls, p.FailureRatio, p.ConsecutiveFailures = 4, 0.5, 0
 	// Short, so that the table's own copy of the open period (local
 	// time) soon lets a probe through.
 	p.OpenFor, p.MaxOpenFor = 10*time.Millisecond, time.Minute
-	b := newBreaker(t, c, WithPolicy(p), WithServerPushback([]codes.Code{codes.Unavailable}),
+	o.b = newBreaker(t, o.c, WithPolicy(p), WithServerPushback([]codes.Code{codes.Unavailable}),
 		WithScope(func(context.Context, string, string) string { return "s" }))
-	svc := &answering{}
-	return &pushbackOrder{t: t, clock: clock, c: c, b: b, svc: svc, p: p,
-		client: testgrpc.NewTestServiceClient(dial(t, serveTest(t, svc), b))}
+	o.svc, o.p = &answering{}, p
+	o.client = testgrpc.NewTestServiceClient(dial(t, serveTest(t, o.svc), o.b))
+	return o
 }
 
 // call makes one call answered with answer and returns its error.
@@ -189,7 +169,7 @@ func testPushbackOfTheFailureThatTipsTheWindow(t *testing.T, stream bool) {
 	if want := o.clock.Now().Add(30 * time.Second); s.State != coordinator.StateOpen || !s.OpenUntil.Equal(want) {
 		t.Errorf("after the failure that tipped the window: %v until %v; want open until %v, the server's 30s", s.State, s.OpenUntil, want)
 	}
-	if n := o.c.opens.Load(); n != 1 {
+	if n := o.opens.Load(); n != 1 {
 		t.Errorf("%d transitions to open; want 1", n)
 	}
 }
@@ -202,8 +182,8 @@ func TestPushbackOfAFailedProbe(t *testing.T) {
 	for range 4 {
 		o.call("fail")
 	}
-	eventually(t, "the breaker to trip", func() bool { return o.c.opens.Load() == 1 })
-	<-o.c.opened // the trip's: no push is waiting for it
+	eventually(t, "the breaker to trip", func() bool { return o.opens.Load() == 1 })
+	<-o.opened // the trip's: no push is waiting for it
 	o.clock.Advance(o.p.OpenFor)
 	// The table rejects locally until its copy of the open period ends.
 	reached := o.svc.calls.Load()
@@ -215,7 +195,7 @@ func TestPushbackOfAFailedProbe(t *testing.T) {
 	if want := o.clock.Now().Add(30 * time.Second); s.State != coordinator.StateOpen || !s.OpenUntil.Equal(want) {
 		t.Errorf("after the failed probe: %v until %v; want open until %v, the server's 30s, not the back-off", s.State, s.OpenUntil, want)
 	}
-	if n := o.c.opens.Load(); n != 2 {
+	if n := o.opens.Load(); n != 2 {
 		t.Errorf("%d transitions to open; want 2: the trip and the failed probe's", n)
 	}
 }

@@ -117,8 +117,8 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 	// then the coordinator fails, and a call of another method is let
 	// through by the failure policy.
 	clk := coordinatortest.NewClock()
-	fc := newFeedCoordinator(t, memory.New(memory.WithClock(clk.Now)))
-	fc.refuse = true
+	fc := newTestCoordinator(t, memory.New(memory.WithClock(clk.Now))).withFeed()
+	fc.refuse.Store(true)
 	b := newBreaker(t, fc, WithPolicy(tripPolicy()), WithMeterProvider(mt.mp), WithTracerProvider(tr.tp), WithName("orders"))
 	calls := newTracedCalls(t, b, tr)
 	calls.call("ok", false)

@@ -192,16 +192,13 @@ func TestReadyOverWorkingRedis(t *testing.T) {
 	}
 }
 
-// panickingCheck is a coordinator whose Check panics.
-type panickingCheck struct{ *memory.Coordinator }
-
-func (panickingCheck) Check(context.Context) error { panic("no client") }
-
 // TestReadyOfAPanickingCheck: Ready runs the check as every coordinator
 // call runs: a panic is the coordinator's failure, not the process's; and
 // once the Breaker is shut, Ready says so.
 func TestReadyOfAPanickingCheck(t *testing.T) {
-	b := newBreaker(t, panickingCheck{memory.New()})
+	c := newTestCoordinator(t, memory.New())
+	c.checkHook = func(context.Context) error { panic("no client") }
+	b := newBreaker(t, c.withCheck())
 	if err := b.Ready(context.Background()); !errors.Is(err, errCoordinatorPanic) {
 		t.Errorf("Ready over a panicking Check: %v; want it to wrap %v", err, errCoordinatorPanic)
 	}

@@ -172,8 +172,9 @@ func TestRedisMemoryBoundedByScopesInUse(t *testing.T) {
 	// scopes leave behind, not the Records still queued behind a fast
 	// wave; nor can such a queue build up over the waves and hold Close
 	// past its bound.
-	rc := &deliveryCounter{Coordinator: cbredis.New(srv.Client(t))}
-	b := newBreaker(t, rc, WithPolicy(p))
+	rc := newTestCoordinator(t, cbredis.New(srv.Client(t)))
+	rc.forgetful, rc.plainWatches = true, true
+	b := newBreaker(t, rc.likeRedis(), WithPolicy(p))
 	ctx := context.Background()
 	subscriptions := func() int {
 		list, err := inspect.ClientList(ctx).Result()
@@ -260,25 +261,9 @@ func TestRedisMemoryBoundedByScopesInUse(t *testing.T) {
 	}
 }
 
-// deliveryCounter counts the outcomes its coordinator's Records counted
-// or answered for, and nothing else: it keeps no outcome, and has every
-// method of the Redis coordinator (its feed among them).
-type deliveryCounter struct {
-	*cbredis.Coordinator
-	delivered atomic.Int64
-}
-
-func (d *deliveryCounter) Record(ctx context.Context, q coordinator.RecordRequest) (coordinator.Result, error) {
-	res, err := d.Coordinator.Record(ctx, q)
-	if err == nil {
-		d.delivered.Add(int64(len(q.Outcomes)))
-	}
-	return res, err
-}
-
 // waitUntilDelivered waits, up to a minute, until d's Records have
 // delivered n outcomes.
-func waitUntilDelivered(t *testing.T, d *deliveryCounter, n int64) {
+func waitUntilDelivered(t *testing.T, d *testCoordinator, n int64) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for d.delivered.Load() < n {
