@@ -72,8 +72,8 @@ func TestBreakerControlRefusesTheEmptyScope(t *testing.T) {
 			t.Errorf("an operator's command on the empty scope: %v; want ErrInvalidScope", err)
 		}
 	}
-	if errs := mt.sum(t, "cbgrpc.coordinator.errors"); errs != 0 || !b.health.trusted() {
-		t.Errorf("after the refusals: %d coordinator errors, coordinator trusted %v; want none, and trusted", errs, b.health.trusted())
+	if errs := mt.sum(t, "cbgrpc.coordinator.errors"); errs != 0 || !b.health.Trusted() {
+		t.Errorf("after the refusals: %d coordinator errors, coordinator trusted %v; want none, and trusted", errs, b.health.Trusted())
 	}
 }
 

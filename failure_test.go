@@ -167,7 +167,7 @@ func TestAdmitRetriedOnceWithSameClaim(t *testing.T) {
 	if claims != 1 {
 		t.Errorf("%d claims for one call, want 1", claims)
 	}
-	if b.health.downUntil.Load() != 0 {
+	if b.health.Down() {
 		t.Errorf("a retried success put the coordinator in back-off")
 	}
 
@@ -292,13 +292,13 @@ func TestCoordinatorRecovers(t *testing.T) {
 	client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, &service{}), b))
 	tc.set(modeFail)
 	client.EmptyCall(context.Background(), &testpb.Empty{})
-	if b.health.downUntil.Load() == 0 {
+	if !b.health.Down() {
 		t.Fatal("no back-off after a failure")
 	}
 	tc.set(modeOK)
 	eventually(t, "the coordinator to be used again", func() bool {
 		client.EmptyCall(context.Background(), &testpb.Empty{})
-		return b.health.downUntil.Load() == 0
+		return !b.health.Down()
 	})
 }
 
@@ -347,7 +347,7 @@ func TestCorruptScopeDoesNotBackOffOtherScopes(t *testing.T) {
 	if _, err := admitCall(b, ctx, &call{scope: "broken", method: testMethod}); !errors.Is(err, ErrOpen) {
 		t.Fatalf("admission of the broken scope, fail-closed: %v, want ErrOpen", err)
 	}
-	if b.health.inBackoff() {
+	if b.health.InBackoff() {
 		t.Fatal("one scope's broken data put the whole Breaker in back-off")
 	}
 	asked := tc.admits.Load()
@@ -441,8 +441,8 @@ func TestFailClosedNeverBypassedAfterTheBackoff(t *testing.T) {
 
 	fc.set(modeFail)
 	admitN(t, b, scope, 1) // from the table; its Record fails
-	eventually(t, "the coordinator error", func() bool { return !b.health.trusted() })
-	eventually(t, "the back-off to end", func() bool { return !b.health.inBackoff() })
+	eventually(t, "the coordinator error", func() bool { return !b.health.Trusted() })
+	eventually(t, "the back-off to end", func() bool { return !b.health.InBackoff() })
 	for i := range 20 {
 		if _, err := admitCall(b, ctx, &call{scope: scope, method: testMethod}); !errors.Is(err, ErrOpen) {
 			t.Fatalf("call %d after the back-off, coordinator still failing, fail-closed: %v; want ErrOpen", i, err)

@@ -32,7 +32,7 @@ func cached(b *Breaker, scope string) (fact, bool) {
 		f = e.fact
 	}
 	b.known.mu.RUnlock()
-	return f, b.health.trusted() && b.known.answers(&f, instantNow())
+	return f, b.health.Trusted() && b.known.answers(&f, instantNow())
 }
 
 // admitN admits n calls of scope and finishes each as a success.
@@ -248,8 +248,8 @@ func TestCacheNotUsedWhileCoordinatorFails(t *testing.T) {
 	}
 	fc.failRecords.Store(true)
 	admitN(t, b, scope, 1) // from the cache; its Record fails
-	eventually(t, "the Record's error", func() bool { return !b.health.trusted() })
-	if b.health.inBackoff() {
+	eventually(t, "the Record's error", func() bool { return !b.health.Trusted() })
+	if b.health.InBackoff() {
 		t.Error("a failed Record started the back-off; only a failed admission does")
 	}
 	fc.failRecords.Store(false)

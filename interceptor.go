@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/internal/health"
 )
 
 // Breaker is the client side of a fleet-wide circuit breaker: it derives the
@@ -31,7 +32,7 @@ type Breaker struct {
 	rec    *recorder
 	known  *knowledge
 	notify *notifier
-	health health
+	health *health.Status
 	ids    ids
 	routes *routes
 	// inline: the coordinator honours deadlines (coordinator.Bounded), so
@@ -84,7 +85,7 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cbgrpc: New: creating metric instruments: %w", err)
 	}
-	b := &Breaker{c: c, cfg: cfg, tel: tel, known: known, health: health{backoff: cfg.backoff},
+	b := &Breaker{c: c, cfg: cfg, tel: tel, known: known, health: health.New(cfg.backoff),
 		routes: newRoutes(cfg.scope)}
 	if bc, ok := c.(coordinator.Bounded); ok {
 		b.inline = bc.HonoursDeadlines()
@@ -92,7 +93,7 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 	b.ids.prefix = newIDPrefix()
 	b.notify = newNotifier(cfg.onTransition, tel.learned, 2*cfg.timeout)
 	b.rec = newRecorder(recording{queueSize: cfg.queueSize, recordInterval: cfg.recordInterval, timeout: cfg.timeout,
-		replica: cfg.replica, c: c, exchange: b.roundTrip, batchID: b.ids.next, tel: tel, known: known, health: &b.health})
+		replica: cfg.replica, c: c, exchange: b.roundTrip, batchID: b.ids.next, tel: tel, known: known, health: b.health})
 	ctx, stop := context.WithCancel(context.Background())
 	b.stop = stop
 	b.goBackground(func() { b.forgetIdle(ctx) })
@@ -344,7 +345,7 @@ type decision struct {
 // row is row, decides a call there and then: the scope is no outlier's,
 // no verdict is pending, and the table's answer serves.
 func (b *Breaker) cached(f *fact, row *known, now instant) bool {
-	return !f.outlier.of(f) && row.verdict.Load() == nil && b.health.trusted() && b.known.answers(f, now)
+	return !f.outlier.of(f) && row.verdict.Load() == nil && b.health.Trusted() && b.known.answers(f, now)
 }
 
 // fromTable writes into d, a zero decision, the decision of c from f,
@@ -384,11 +385,11 @@ func (b *Breaker) consult(ctx context.Context, c *call, f *fact, row *known) (d 
 		return decision{}, err, true
 	}
 	pol := b.known.policyIn(f)
-	if b.health.trusted() && b.known.answers(f, now) {
+	if b.health.Trusted() && b.known.answers(f, now) {
 		fromTable(&d, c, f, row, pol)
 		return d, nil, false
 	}
-	if !b.health.mayAsk() {
+	if !b.health.MayAsk() {
 		err := b.decideWithout(ctx, c, nil)
 		c.row = row
 		return decision{}, err, true

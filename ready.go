@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -44,34 +43,6 @@ func (b *Breaker) check(ctx context.Context, ch coordinator.Checker) error {
 // checkTimeout bounds the check made when the coordinator starts failing.
 const checkTimeout = time.Second
 
-// complaints are the kinds of coordinator failure reported to otel.Handle
-// since the coordinator last worked: each is reported once, not per call.
-type complaints struct {
-	mu   sync.Mutex
-	told map[string]bool
-}
-
-// first reports whether kind was not reported yet, and notes it.
-func (c *complaints) first(kind string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.told[kind] {
-		return false
-	}
-	if c.told == nil {
-		c.told = make(map[string]bool)
-	}
-	c.told[kind] = true
-	return true
-}
-
-// reset forgets what was reported: the coordinator works again.
-func (c *complaints) reset() {
-	c.mu.Lock()
-	clear(c.told)
-	c.mu.Unlock()
-}
-
 // complain reports a coordinator error to otel.Handle when it is the first
 // of its kind since the coordinator last worked. One scope's unusable data
 // is no failure of the coordinator. A coordinator with a Check is checked
@@ -82,7 +53,7 @@ func (b *Breaker) complain(err error) {
 		return
 	}
 	kind := errorKind(err)
-	if !b.health.complaints.first(kind) {
+	if !b.health.Complain(kind) {
 		return
 	}
 	ch, ok := b.c.(coordinator.Checker)

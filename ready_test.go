@@ -168,7 +168,7 @@ func TestCoordinatorFailureReportedAgainAfterItWorked(t *testing.T) {
 	call()
 	tc.set(modeOK)
 	call()
-	eventually(t, "the coordinator to work again", func() bool { return b.health.trusted() })
+	eventually(t, "the coordinator to work again", func() bool { return b.health.Trusted() })
 	tc.set(modeFail)
 	call()
 	if got, _ := r.failing(); len(got) != 2 {

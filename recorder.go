@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/internal/health"
 )
 
 // maxBatch caps a full batch (fullAt), the most outcomes one Record
@@ -141,9 +142,9 @@ type recording struct {
 	// exchange makes one round trip to the coordinator (roundtrip.go).
 	exchange func(ctx context.Context, x exchange, f func(ctx context.Context, seen uint64) (answer, error)) (answer, error)
 	batchID  func() string
-	tel      *telemetry // counts the outcomes dropped
-	known    *knowledge // the policy of a scope; whether the coordinator heard this replica in it
-	health   *health    // whether the coordinator is in back-off
+	tel      *telemetry     // counts the outcomes dropped
+	known    *knowledge     // the policy of a scope; whether the coordinator heard this replica in it
+	health   *health.Status // whether the coordinator is in back-off
 }
 
 func newRecorder(in recording) *recorder {
@@ -365,7 +366,7 @@ func (r *recorder) send(scope string, bt *batch) {
 // (pace.go), how long its successes may wait; 0 if not calm.
 func (r *recorder) record(scope string, outcomes []coordinator.Outcome, callers []trace.SpanContext) time.Duration {
 	in := r.in
-	if in.health.inBackoff() {
+	if in.health.InBackoff() {
 		in.tel.drop(scope, dropBackoff, len(outcomes))
 		return 0
 	}
@@ -403,7 +404,7 @@ func (r *recorder) settle(it item) {
 		defer r.wg.Done()
 		defer it.verdict.release()
 		in := r.in
-		if in.health.inBackoff() {
+		if in.health.InBackoff() {
 			in.tel.drop(it.scope, dropBackoff, 1)
 			return
 		}

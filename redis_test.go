@@ -400,7 +400,7 @@ func TestRedisCorruptScopeDecidedAlone(t *testing.T) {
 				if !errors.Is(err, ErrOpen) || !errors.Is(err, coordinator.ErrCorruptState) {
 					t.Errorf("call %d of the corrupt scope, fail-closed: %v; want a rejection as corrupt", i, err)
 				}
-				if b.health.inBackoff() || !b.health.trusted() {
+				if b.health.InBackoff() || !b.health.Trusted() {
 					t.Errorf("call %d of the corrupt scope put the coordinator's health in back-off", i)
 				}
 				if _, err := client.UnaryCall(ctx, &testpb.SimpleRequest{}); err != nil {

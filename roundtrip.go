@@ -128,14 +128,14 @@ func (b *Breaker) roundTrip(ctx context.Context, t exchange, f func(ctx context.
 	b.tel.coordinatorCall(ctx, t.scope, t.op, time.Since(start), err)
 	if err != nil {
 		if ctx.Err() != nil {
-			b.health.abandoned()
+			b.health.Abandoned()
 		} else {
-			b.health.failed(err, t.admission)
+			b.health.Failed(err, t.admission)
 			b.complain(err)
 		}
 		return answer{}, err
 	}
-	b.health.succeeded()
+	b.health.Succeeded()
 	if t.mute {
 		return a, nil
 	}
