@@ -71,6 +71,9 @@ type breaker struct {
 	// after every outcome.
 	swept  place
 	summed liveSum
+	// current is the window's bucket at swept, once add found it: the
+	// outcomes of a batch mostly fall in one bucket.
+	current *bucket
 	// width and buckets are the layout the window was written with (see
 	// layout.go); 0 while nothing is written to it. laidAt is the start
 	// of the last bucket a Record of that layout counted in.
@@ -394,7 +397,7 @@ func (b *breaker) add(r *rules, now int64, o coordinator.Outcome) {
 	here := place{idx, r.width, r.buckets}
 	gone := false
 	if b.swept != here {
-		b.swept, gone = here, len(b.window) > 0
+		b.swept, b.current, gone = here, nil, len(b.window) > 0
 		for i := range b.window {
 			if i <= idx-r.buckets {
 				delete(b.window, i)
@@ -409,13 +412,16 @@ func (b *breaker) add(r *rules, now int64, o coordinator.Outcome) {
 		// replicas dead in it stay dead.
 		b.dropDead(r, now)
 	}
-	if b.window == nil {
-		b.window = make(map[int64]*bucket, r.buckets)
-	}
-	bk := b.window[idx]
+	bk := b.current
 	if bk == nil {
-		bk = &bucket{}
-		b.window[idx] = bk
+		if b.window == nil {
+			b.window = make(map[int64]*bucket, r.buckets)
+		}
+		if bk = b.window[idx]; bk == nil {
+			bk = &bucket{}
+			b.window[idx] = bk
+		}
+		b.current = bk
 	}
 	b.expiresAt = r.keep(now)
 	var one bucket
@@ -467,7 +473,7 @@ func (b *breaker) restart(state coordinator.State, now int64) {
 	b.openFor, b.openUntil, b.pushable = 0, 0, 0
 	b.consec, b.successes, b.wouldReject = 0, 0, 0
 	b.window, b.leases = nil, nil
-	b.swept, b.summed = place{}, liveSum{}
+	b.swept, b.summed, b.current = place{}, liveSum{}, nil
 	b.width, b.buckets = 0, 0
 	// The replicas that record stay what they were: the breaker's state
 	// does not change them.

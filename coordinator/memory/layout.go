@@ -44,7 +44,7 @@ func (b *breaker) relay(r *rules, now int64) {
 	}
 	if b.width != 0 {
 		b.window = b.relaid(b.window, r, now)
-		b.swept, b.summed = place{}, liveSum{}
+		b.swept, b.summed, b.current = place{}, liveSum{}, nil
 		for _, t := range b.replicas {
 			t.window = b.relaid(t.window, r, now)
 		}
