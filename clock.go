@@ -3,24 +3,20 @@ package cbgrpc
 import "time"
 
 // instant is a time on a call's path: the monotonic clock's reading, in
-// nanoseconds since the process's epoch. Reading it costs one clock read
-// where time.Now takes two, and comparing or subtracting two is integer
+// nanoseconds since origin. Reading it costs one clock read where
+// time.Now takes two, and comparing or subtracting two is integer
 // arithmetic; its methods are named as time.Time's. The table's times are
 // instants too, so that a cached admission needs no conversion. A time
 // meant for a person (a span's start) is a time.Time (wall).
 type instant int64
 
-// epoch is when instants count from: a year before the process started,
+// origin is when instants count from: a year before the process started,
 // so that the zero instant, like time.Time's, is long before any time the
-// process reads.
-var epoch = time.Now().Add(-365 * 24 * time.Hour)
+// process reads. (Not the feed's epochs, which number its connections.)
+var origin = time.Now().Add(-365 * 24 * time.Hour)
 
 // instantNow is the instant now.
-func instantNow() instant { return instant(time.Since(epoch)) }
-
-// instantOf is the instant of t, a time.Time read with its monotonic
-// clock (time.Now).
-func instantOf(t time.Time) instant { return instant(t.Sub(epoch)) }
+func instantNow() instant { return instant(time.Since(origin)) }
 
 func (i instant) Add(d time.Duration) instant { return i + instant(d) }
 func (i instant) Sub(j instant) time.Duration { return time.Duration(i - j) }

@@ -128,8 +128,8 @@ func (b *Breaker) forgetIdle(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
-			b.known.forget(instantOf(now))
+		case <-t.C:
+			b.known.forget(instantNow())
 		}
 	}
 }

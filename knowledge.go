@@ -33,7 +33,6 @@ import (
 type knowledge struct {
 	maxAge time.Duration // how long a closed answer serves admissions; 0: never
 	idle   time.Duration // a scope with no call for this long is forgotten
-	born   instant       // when the table was made: marks of use count from it
 
 	// live is the number of the feed connection that is up, 0 while none
 	// is; the feed numbers its connections from 1.
@@ -122,7 +121,7 @@ func admitsAll(s coordinator.State) bool {
 // newKnowledge returns an empty table. maxAge 0 means there is no feed:
 // nothing is followed, and nothing answers admissions.
 func newKnowledge(maxAge, idle time.Duration, code coordinator.Policy) *knowledge {
-	k := &knowledge{maxAge: maxAge, idle: idle, born: instantNow(), scopes: make(map[string]*known),
+	k := &knowledge{maxAge: maxAge, idle: idle, scopes: make(map[string]*known),
 		follow: make(map[string]struct{}), wake: make(chan struct{}, 1),
 		stale: make(map[string]struct{}), policyWake: make(chan struct{}, 1)}
 	k.base.Store(&inForce{p: code, src: coordinator.SourceCode})
@@ -162,13 +161,10 @@ func (k *knowledge) useRow(hint *atomic.Pointer[known], scope string, now instan
 	return f, e
 }
 
-// usedAt is now as a mark of use: on the monotonic clock, since the
-// table was made, from 1 (0 and forgotten say other things). Not the wall
-// clock: a call's time may come from the Breaker's clock, whose wall
-// reading drifts from time.Now's (clock.go).
-func (k *knowledge) usedAt(now instant) int64 {
-	return max(int64(now.Sub(k.born)), 0) + 1
-}
+// usedAt is now as a mark of use: the instant itself, at least 1 (0 and
+// forgotten say other things; instants count from a year before the
+// process started, clock.go).
+func (k *knowledge) usedAt(now instant) int64 { return max(int64(now), 1) }
 
 // forgotten is the mark of use of a row dropped from the table.
 const forgotten = -1
