@@ -4,25 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-	"google.golang.org/grpc"
-
-	"github.com/cbgrpc/cbgrpc"
 	"github.com/cbgrpc/cbgrpc/coordinator"
-	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
 )
 
 // TripConfig is one run of the trip simulator: what a fleet's breaker
-// decides when its dependency goes down after a healthy spell, and when
-// some of its replicas fail alone. Replicas are real Breakers, each with
-// its own go-redis client, replica ID and Redis coordinator, calling one
-// scope at a fixed rate through the unary interceptor to a stub
-// dependency.
+// decides when its dependency goes down, wholly or in part, after a
+// healthy spell, and when some of its replicas fail alone. Replicas are
+// real Breakers, each with its own go-redis client, replica ID and Redis
+// coordinator, calling one scope at a fixed rate through the unary
+// interceptor to a stub dependency; with Peers, local breakers of other
+// libraries beside each.
 type TripConfig struct {
 	Replicas int
 	Rate     float64            // calls per second of each replica that fails not alone
@@ -31,27 +26,61 @@ type TripConfig struct {
 	// healthy dependency's errors.
 	Noise float64
 	// Spell is how long the dependency is healthy (Noise only); Down how
-	// long it then fails every call. Down 0: it stays healthy.
+	// long it then fails. Down 0: it stays healthy.
 	Spell, Down time.Duration
+	// Share is the share of calls that fail while down, the noise's
+	// among them (a brownout); 0 fails every call. RampUp, when set, is
+	// how long the share takes to rise from 0 to Share once down.
+	Share  float64
+	RampUp time.Duration
+	// SlowShare, when set, makes the outage a latency brownout instead:
+	// that share of the calls take SlowBy and succeed, and no more calls
+	// fail than the noise. Share must then be 0.
+	SlowShare float64
+	SlowBy    time.Duration
+	// DownReplicas, when set, is how many replicas meet the outage (the
+	// first that are not bad): a zone down. The others meet only noise.
+	DownReplicas int
 	// Bad replicas fail every call from the start, the dependency's health
 	// whatever (their own sidecar, say, answers Unavailable at once).
 	// BadRate is their calls per second; 0 calls in a tight loop, pausing
-	// a millisecond after a rejection only.
-	Bad     int
-	BadRate float64
+	// a millisecond after a rejection only. BadRestart, when set, restarts
+	// each of them this often: its breaker ends, and a new one with a new
+	// replica ID (and go-redis client) takes its place.
+	Bad        int
+	BadRate    float64
+	BadRestart time.Duration
 	// Stagger, when set, starts the replicas' calls over this long
 	// instead of together; the dependency's clock starts with the first.
 	Stagger time.Duration
+	// Peers runs, beside each replica's Breaker, local breakers of other
+	// libraries at their defaults (localGobreaker, localFailsafe), each
+	// calling at the same rate, meeting the same dependency, on its own.
+	// They count no slow calls: a latency brownout takes none.
+	Peers bool
 }
 
-// TripRow is what a run measured. Times count from when the dependency
-// went down.
+// TripRow is what a run measured: cbgrpc's Breakers' row, and with
+// Peers, one row for each kind of peer.
 type TripRow struct {
 	Config TripConfig `json:"-"`
+	TripBreakerRow
+	// Trips are the reasons of the fleet's trips, in order; Outliers the
+	// replicas' own transitions to open (outlier verdicts).
+	Trips    []string
+	Outliers []string
+	Peers    []TripBreakerRow `json:",omitempty"`
+}
+
+// TripBreakerRow is what one kind of breaker did across the fleet. Times
+// count from when the dependency went down.
+type TripBreakerRow struct {
+	Breaker string
 	// Of the replicas that fail not alone: the first and the last one's
 	// first rejected call after the dependency went down (-1: never), and
-	// the failing calls the dependency served from then until each
-	// replica's first rejection, summed.
+	// the failing (or slow) calls the dependency served from then until
+	// each replica's first rejection, or the run's end for a replica that
+	// never rejected, summed.
 	FirstStopped, LastStopped time.Duration
 	Absorbed                  int64
 	// HealthyRejected is the calls of those replicas rejected while the
@@ -59,41 +88,58 @@ type TripRow struct {
 	HealthyRejected int64
 	HealthyCalls    int64
 	// BadFailures is, per bad replica, its failing calls before its first
-	// rejection (-1: never rejected); BadRejected its rejected calls.
+	// rejection, summed over its starts (-1: never rejected); BadRejected
+	// its rejected calls; BadStarts how many breakers they started.
 	BadFailures []int64
 	BadRejected int64
-	// Trips are the reasons of the fleet's trips, in order; Outliers the
-	// replicas' own transitions to open.
-	Trips    []string
-	Outliers []string
-}
-
-// tripReplica is one replica of a trip run.
-type tripReplica struct {
-	bad     bool
-	client  goredis.UniversalClient
-	breaker *cbgrpc.Breaker
-	call    grpc.UnaryClientInterceptor
-	// Owned by the replica's caller until the run ends: failed counts the
-	// failing calls the dependency served, failedSince those since it went
-	// down.
-	calls, failed, rejected int64
-	healthyRejected         int64
-	failedSince             int64
-	// stopped: the first rejection since the dependency went down (or,
-	// for a bad replica, ever); absorbed and failures, the counts then.
-	stopped  time.Duration
-	absorbed int64
-	failures int64
-	seen     bool
+	BadStarts   int64
 }
 
 const tripScope = "/cbtripsim.Dependency/Call"
 
+// validate says which field of cfg is wrong, and why.
+func (cfg TripConfig) validate() error {
+	bad := func(field, why string, v any) error { return fmt.Errorf("trip: %s %s, have %v", field, why, v) }
+	share := func(v float64) bool { return v >= 0 && v <= 1 }
+	switch {
+	case cfg.Replicas < 1:
+		return bad("Replicas", "must be at least 1", cfg.Replicas)
+	case cfg.Bad < 0 || cfg.Bad > cfg.Replicas:
+		return bad("Bad", "must be from 0 to Replicas", cfg.Bad)
+	case cfg.Rate <= 0:
+		return bad("Rate", "must be positive", cfg.Rate)
+	case cfg.BadRate < 0:
+		return bad("BadRate", "must be 0 (a tight loop) or positive", cfg.BadRate)
+	case cfg.Spell <= 0:
+		return bad("Spell", "must be positive", cfg.Spell)
+	case cfg.Down < 0:
+		return bad("Down", "must be 0 (never down) or positive", cfg.Down)
+	case !share(cfg.Noise):
+		return bad("Noise", "must be from 0 to 1", cfg.Noise)
+	case !share(cfg.Share):
+		return bad("Share", "must be from 0 to 1 (0: every call)", cfg.Share)
+	case cfg.RampUp < 0:
+		return bad("RampUp", "must be 0 (none) or positive", cfg.RampUp)
+	case !share(cfg.SlowShare):
+		return bad("SlowShare", "must be from 0 to 1", cfg.SlowShare)
+	case (cfg.SlowShare > 0) != (cfg.SlowBy > 0):
+		return bad("SlowBy", fmt.Sprintf("must be positive exactly when SlowShare is (%v)", cfg.SlowShare), cfg.SlowBy)
+	case cfg.SlowShare > 0 && (cfg.Share > 0 || cfg.RampUp > 0):
+		return bad("Share", "and RampUp must be 0 in a latency brownout (SlowShare set)", cfg.Share)
+	case cfg.SlowShare > 0 && cfg.Peers:
+		return bad("Peers", "must be off in a latency brownout: the peers count no slow calls", cfg.Peers)
+	case cfg.DownReplicas < 0 || cfg.DownReplicas > cfg.Replicas-cfg.Bad:
+		return bad("DownReplicas", "must be from 0 (all) to the replicas that are not bad", cfg.DownReplicas)
+	case cfg.BadRestart < 0:
+		return bad("BadRestart", "must be 0 (never) or positive", cfg.BadRestart)
+	}
+	return nil
+}
+
 // RunTrip makes one run against target, which must be private to it.
 func RunTrip(ctx context.Context, target Target, cfg TripConfig) (TripRow, error) {
-	if cfg.Replicas < 1 || cfg.Bad < 0 || cfg.Bad > cfg.Replicas || cfg.Rate <= 0 || cfg.Spell <= 0 || cfg.Down < 0 {
-		return TripRow{}, fmt.Errorf("trip: want replicas >= 1, 0 <= bad <= replicas, rate and spell > 0, down >= 0; have %+v", cfg)
+	if err := cfg.validate(); err != nil {
+		return TripRow{}, err
 	}
 	if cfg.Policy == (coordinator.Policy{}) {
 		cfg.Policy = coordinator.DefaultPolicy()
@@ -121,64 +167,53 @@ func RunTrip(ctx context.Context, target Target, cfg TripConfig) (TripRow, error
 			trips = append(trips, t.Reason)
 		}
 	}
-	var start time.Time
-	down := func() time.Duration { return time.Since(start) - cfg.Spell }
-	replicas := make([]*tripReplica, cfg.Replicas)
-	for i := range replicas {
-		r := &tripReplica{bad: i < cfg.Bad, client: target.client(), stopped: -1}
-		b, err := cbgrpc.New(cbredis.New(r.client), cbgrpc.WithPolicy(cfg.Policy), cbgrpc.WithOnTransition(tell),
-			cbgrpc.WithReplicaID(fmt.Sprintf("replica-%02d", i)))
-		if err != nil {
-			return TripRow{}, err
-		}
-		r.breaker, r.call = b, b.UnaryClientInterceptor()
-		replicas[i] = r
+	kinds := []tripBreaker{cbgrpcBreaker(target, cfg.Policy, tell)}
+	if cfg.Peers {
+		kinds = append(kinds, localGobreaker(), localFailsafe())
 	}
-	defer func() {
-		for _, r := range replicas {
-			r.breaker.Close()
-			r.client.Close()
+	dep := newTripDependency(cfg)
+	loops := make([][]*tripLoop, len(kinds))
+	for k, kind := range kinds {
+		for i := range cfg.Replicas {
+			loops[k] = append(loops[k], newTripLoop(kind, i, i < cfg.Bad, dep, cfg.BadRestart))
 		}
-	}()
+	}
 	runCtx, stop := context.WithTimeout(ctx, cfg.Spell+cfg.Down)
 	defer stop()
-	var wg sync.WaitGroup
-	start = time.Now()
-	for i, r := range replicas {
-		rate := cfg.Rate
-		if r.bad {
-			rate = cfg.BadRate
+	var (
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		errs  []error
+	)
+	start := time.Now()
+	down := func() time.Duration { return time.Since(start) - cfg.Spell }
+	for _, kind := range loops {
+		for i, l := range kind {
+			rate := cfg.Rate
+			if l.bad {
+				rate = cfg.BadRate
+			}
+			offset := time.Duration(0)
+			if cfg.Stagger > 0 {
+				offset = cfg.Stagger * time.Duration(i) / time.Duration(cfg.Replicas)
+			}
+			wg.Go(func() {
+				if err := l.run(runCtx, rate, offset, down); err != nil {
+					errMu.Lock()
+					errs = append(errs, err)
+					errMu.Unlock()
+					stop()
+				}
+			})
 		}
-		offset := time.Duration(0)
-		if cfg.Stagger > 0 {
-			offset = cfg.Stagger * time.Duration(i) / time.Duration(len(replicas))
-		}
-		wg.Go(func() { r.run(runCtx, rate, offset, cfg.Noise, down) })
 	}
 	wg.Wait()
-	row := TripRow{Config: cfg, FirstStopped: -1, LastStopped: -1}
-	for _, r := range replicas {
-		if r.bad {
-			n := int64(-1)
-			if r.seen {
-				n = r.failures
-			}
-			row.BadFailures = append(row.BadFailures, n)
-			row.BadRejected += r.rejected
-			continue
-		}
-		row.HealthyRejected += r.healthyRejected
-		row.HealthyCalls += r.calls
-		if cfg.Down > 0 && r.stopped >= 0 {
-			row.Absorbed += r.absorbed
-			if row.FirstStopped < 0 || r.stopped < row.FirstStopped {
-				row.FirstStopped = r.stopped
-			}
-			row.LastStopped = max(row.LastStopped, r.stopped)
-		}
+	if err := errors.Join(errs...); err != nil {
+		return TripRow{}, err
 	}
-	if cfg.Down > 0 && slices.ContainsFunc(replicas, func(r *tripReplica) bool { return !r.bad && r.stopped < 0 }) {
-		row.LastStopped = -1
+	row := TripRow{Config: cfg, TripBreakerRow: summarize(kinds[0].name, loops[0], cfg.Down > 0)}
+	for k := 1; k < len(kinds); k++ {
+		row.Peers = append(row.Peers, summarize(kinds[k].name, loops[k], cfg.Down > 0))
 	}
 	mu.Lock()
 	row.Trips, row.Outliers = slices.Clone(trips), slices.Clone(singles)
@@ -186,66 +221,40 @@ func RunTrip(ctx context.Context, target Target, cfg TripConfig) (TripRow, error
 	return row, nil
 }
 
-// run calls the scope at rate (0: a tight loop) from offset on until ctx
-// ends. The dependency fails a call when the replica is bad, when it is
-// down (down() >= 0), or at random with probability noise.
-func (r *tripReplica) run(ctx context.Context, rate float64, offset time.Duration, noise float64, down func() time.Duration) {
-	select {
-	case <-ctx.Done():
-		return
-	case <-time.After(offset):
-	}
-	var tick *time.Ticker
-	if rate > 0 {
-		tick = time.NewTicker(time.Duration(float64(time.Second) / rate))
-		defer tick.Stop()
-	}
-	var failing bool
-	invoke := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
-		if failing {
-			r.failed++
-			return errDependency
-		}
-		return nil
-	}
-	for {
-		since := down()
-		failing = r.bad || since >= 0 || rand.Float64() < noise
-		r.calls++
-		err := r.call(ctx, tripScope, nil, nil, nil, invoke)
-		rejected := errors.Is(err, cbgrpc.ErrOpen)
-		switch {
-		case !rejected:
-		case r.bad:
-			r.rejected++
-			if !r.seen {
-				r.seen, r.failures = true, r.failed
+// summarize makes the row of one kind of breaker from its loops, once
+// they have returned.
+func summarize(name string, loops []*tripLoop, wentDown bool) TripBreakerRow {
+	row := TripBreakerRow{Breaker: name, FirstStopped: -1, LastStopped: -1}
+	everyone := true
+	for _, l := range loops {
+		if l.bad {
+			n := int64(-1)
+			if l.seen {
+				n = l.failures
 			}
-		case since < 0:
-			r.rejected++
-			r.healthyRejected++
-		default:
-			r.rejected++
-			if r.stopped < 0 {
-				r.stopped, r.absorbed = since, r.failedSince
-			}
-		}
-		if !rejected && failing && since >= 0 && !r.bad {
-			r.failedSince++
-		}
-		if tick == nil {
-			if rejected {
-				time.Sleep(time.Millisecond)
-			}
-			if ctx.Err() != nil {
-				return
-			}
+			row.BadFailures = append(row.BadFailures, n)
+			row.BadRejected += l.rejected
+			row.BadStarts += l.starts
 			continue
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+		row.HealthyRejected += l.healthyRejected
+		row.HealthyCalls += l.calls
+		if !wentDown {
+			continue
 		}
+		if l.stopped < 0 {
+			everyone = false
+			row.Absorbed += l.failedSince
+			continue
+		}
+		row.Absorbed += l.absorbed
+		if row.FirstStopped < 0 || l.stopped < row.FirstStopped {
+			row.FirstStopped = l.stopped
+		}
+		row.LastStopped = max(row.LastStopped, l.stopped)
 	}
+	if !everyone {
+		row.LastStopped = -1
+	}
+	return row
 }
