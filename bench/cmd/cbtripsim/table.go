@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/cbgrpc/cbgrpc/bench"
+)
+
+type row struct {
+	Group, Name string
+	bench.TripRow
+}
+
+func ms(d time.Duration) string {
+	if d < 0 {
+		return "never"
+	}
+	return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
+}
+
+func (r row) line() string {
+	s := fmt.Sprintf("%s: %s, trips %q, outliers %d", r.Name, brief(r.TripBreakerRow), r.Trips, len(r.Outliers))
+	for _, p := range r.Peers {
+		s += "; " + p.Breaker + ": " + brief(p)
+	}
+	return s
+}
+
+func brief(b bench.TripBreakerRow) string {
+	return fmt.Sprintf("stopped %s..%s, absorbed %d, healthy rejected %d of %d, bad failures %v (rejected %d)",
+		ms(b.FirstStopped), ms(b.LastStopped), b.Absorbed, b.HealthyRejected, b.HealthyCalls, b.BadFailures, b.BadRejected)
+}
+
+// table writes a row per run and breaker: cbgrpc's, then its peers'.
+func table(w io.Writer, rows []row) {
+	fmt.Fprintln(w, "| run | breaker | first / last replica stopped after down | failing calls absorbed | healthy calls rejected | bad replica's failures before it rejected | fleet trips | outlier verdicts |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---|---:|")
+	for _, r := range rows {
+		trips := "none"
+		if len(r.Trips) > 0 {
+			trips = fmt.Sprintf("%d: %q", len(r.Trips), r.Trips[0])
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %d |\n", r.Name, cells(r.Config, r.TripBreakerRow), trips, len(r.Outliers))
+		for _, p := range r.Peers {
+			fmt.Fprintf(w, "| | %s | – | – |\n", cells(r.Config, p))
+		}
+		if len(r.Peers) == 0 && r.Config.SlowShare > 0 {
+			fmt.Fprintln(w, "| | peers | n/a: they count no slow calls | n/a | n/a | n/a | – | – |")
+		}
+	}
+}
+
+// cells are the columns one kind of breaker fills, from its name to the
+// bad replicas' failures.
+func cells(cfg bench.TripConfig, b bench.TripBreakerRow) string {
+	stopped, absorbed := "–", "–"
+	if cfg.Down > 0 {
+		stopped, absorbed = ms(b.FirstStopped)+" / "+ms(b.LastStopped), fmt.Sprint(b.Absorbed)
+		if b.LastStopped < 0 {
+			// Counted until the run's end for the replicas that never stopped.
+			absorbed = "≥ " + absorbed
+		}
+	}
+	bad := "–"
+	if len(b.BadFailures) > 0 {
+		bad = strings.Trim(fmt.Sprint(b.BadFailures), "[]")
+		if cfg.BadRestart > 0 {
+			bad += fmt.Sprintf(" over %d starts", b.BadStarts)
+		}
+	}
+	return fmt.Sprintf("%s | %s | %s | %d of %d | %s", b.Breaker, stopped, absorbed, b.HealthyRejected, b.HealthyCalls, bad)
+}
