@@ -27,4 +27,12 @@
 //
 // against a redis-server, or with -cluster a 3-master Redis Cluster, that
 // it starts on free loopback ports for each run.
+//
+// [RunTrip] measures what a fleet's breaker decides when its dependency
+// goes down after a healthy spell, wholly or in part (a brownout of
+// errors or of latency, a zone), and when a replica fails alone, beside
+// gobreaker's and failsafe-go's local breakers on the same dependency.
+// Run every scenario, or some groups, with
+//
+//	go run ./cmd/cbtripsim -only brownout,zone
 package bench
