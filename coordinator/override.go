@@ -168,19 +168,29 @@ func (f policyField) format(p *Policy) string {
 	return ""
 }
 
-// Merge returns o with the fields of next laid over it; a field next marks
-// for removal (an empty value) is removed. A key of next that is no Go
-// name of a field is kept, removal or not, for [Override.Apply] to refuse.
-// Neither o nor next changes.
+// Merge returns o with the fields of next laid over it, each value in
+// canonical form ("1s", not "1000ms"), so that every coordinator stores
+// and reports the same text; a field next marks for removal (an empty
+// value) is removed. A key of next that is no Go name of a field, or a
+// value its field cannot parse, is kept as it is for [Override.Apply] to
+// refuse. Neither o nor next changes.
 func (o Override) Merge(next Override) Override {
 	m := make(Override, len(o)+len(next))
 	for k, v := range o {
 		m[k] = v
 	}
 	for k, v := range next {
-		if _, err := fieldOfKey(k); v == "" && err == nil {
+		f, err := fieldOfKey(k)
+		switch {
+		case err != nil:
+			m[k] = v
+		case v == "":
 			delete(m, k)
-		} else {
+		default:
+			var p Policy
+			if f.parse(&p, v) == nil {
+				v = f.format(&p)
+			}
 			m[k] = v
 		}
 	}

@@ -47,6 +47,12 @@ func TestOverrideMergeAndApply(t *testing.T) {
 	if err != nil || p != want {
 		t.Errorf("Apply = %+v, %v; want %+v", p, err, want)
 	}
+	// Values come out canonical, however they went in, so that every
+	// coordinator stores and reports the same text; junk stays for Apply
+	// to refuse.
+	if got := (Override{}).Merge(Override{"OpenFor": "1000ms", "MinCalls": "junk"}).String(); got != "MinCalls=junk OpenFor=1s" {
+		t.Errorf("Merge of 1000ms and junk: %q; want OpenFor=1s and MinCalls=junk", got)
+	}
 	var pe *PolicyError
 	if _, err := (Override{"OpenFor": "2m"}).Apply(DefaultPolicy()); !errors.As(err, &pe) || pe.Field != "MaxOpenFor" {
 		t.Errorf("an OpenFor past MaxOpenFor: %v; want an error naming MaxOpenFor", err)
