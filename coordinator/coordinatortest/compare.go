@@ -1,8 +1,10 @@
 package coordinatortest
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -102,6 +104,8 @@ const (
 	pathOutlierReopened
 	pathOutlierForgiven
 	pathTripLeavingOut
+	pathRecentTrip
+	pathOutlierReplaced
 	pathOutlierListed
 	pathReplicasEvicted
 	// with a coordinator.Pusher
@@ -131,7 +135,7 @@ var pathNames = [numPaths]string{
 	"would-be rejections counted",
 	"window re-laid", "counted in another layout", "policies seen > 1",
 	"outlier found", "outlier's outcomes stale", "outlier's probe failed", "outlier's probe succeeded",
-	"tripped leaving out replicas", "outliers listed", "more replicas failed than tracked", "pushed open", "pushback set its trip's period", "lost state", "fenced after a loss",
+	"tripped leaving out replicas", "tripped by the recent rule", "outlier replaced by a newer one", "outliers listed", "more replicas failed than tracked", "pushed open", "pushback set its trip's period", "lost state", "fenced after a loss",
 	"rejected while isolated", "isolated", "isolation ended", "released", "disabled", "counted while disabled", "enabled",
 	"override set", "override reset", "answered an override's version",
 }
@@ -227,6 +231,7 @@ type cmpScope struct {
 	p       coordinator.Policy
 	alt     coordinator.Policy // the policy of the replicas that run an override
 	failing bool               // the dependency is failing: outcomes fail more often
+	share   float64            // while failing, the share of calls that fail
 	// bad is the replica of the scope that fails alone, "" while none does.
 	bad string
 	// failed are the replicas that failed in generation failedGen: more
@@ -245,6 +250,9 @@ type cmpScope struct {
 	laid    coordinator.Policy
 	laidGen uint64
 	laidAt  time.Time
+	// outliers are the replicas the answers found outliers in generation
+	// gen, with the end of each one's period.
+	outliers map[string]time.Time
 }
 
 // call is one admitted call.
@@ -293,6 +301,9 @@ func (d *driver) run(steps int) {
 		s := d.scopes[d.rng.IntN(len(d.scopes))]
 		if d.rng.IntN(40) == 0 {
 			s.failing = !s.failing
+			// Brownouts of several shares, so that the recent rule trips
+			// a window of successes as well as the window's ratio.
+			s.share = []float64{0.6, 0.7, 0.8, 0.95}[d.rng.IntN(4)]
 		}
 		if d.rng.IntN(15) == 0 {
 			s.bad = []string{"", "r0", "r1", "r2"}[d.rng.IntN(4)]
@@ -304,13 +315,18 @@ func (d *driver) run(steps int) {
 			d.admitSeen(s)
 		case n < 32:
 			d.readmit(s)
-		case n < 49:
+		case n < 46:
 			d.record(s)
+		case n < 49:
+			d.probeOutlier(s)
 		case n < 50:
-			if d.rng.IntN(2) == 0 {
+			switch d.rng.IntN(3) {
+			case 0:
 				d.crowd(s)
-			} else {
+			case 1:
 				d.rollout(s)
+			default:
+				d.burst(s)
 			}
 		case n < 54:
 			d.retryBatch(s)
@@ -414,7 +430,7 @@ func (d *driver) learn(s *cmpScope, gen uint64, t *coordinator.Transition) {
 		d.hit(pathBornAgain)
 	}
 	if gen != s.gen {
-		s.prev = s.gen
+		s.prev, s.outliers = s.gen, nil
 	}
 	s.gen = gen
 }
@@ -458,14 +474,20 @@ func (d *driver) sameTransition(s *cmpScope, op string, r, su *coordinator.Trans
 	switch {
 	case r.Replica != "" && r.To == coordinator.StateOpen && r.From == coordinator.StateClosed:
 		d.hit(pathOutlierFound)
+		d.outlierFound(s, r)
 	case r.Replica != "" && r.To == coordinator.StateOpen:
 		d.hit(pathOutlierReopened)
+		s.outliers[r.Replica] = r.OpenUntil
 	case r.Replica != "":
 		d.hit(pathOutlierForgiven)
+		delete(s.outliers, r.Replica)
 	case r.To == coordinator.StateOpen && r.From == coordinator.StateClosed:
 		d.hit(pathOpened)
 		if strings.Contains(r.Reason, "leaving out") {
 			d.hit(pathTripLeavingOut)
+		}
+		if strings.HasPrefix(r.Reason, "recent ") {
+			d.hit(pathRecentTrip)
 		}
 	case r.To == coordinator.StateClosed && r.From == coordinator.StateHalfOpen:
 		d.hit(pathClosedAgain)
@@ -480,6 +502,53 @@ func (d *driver) sameTransition(s *cmpScope, op string, r, su *coordinator.Trans
 	case r.To == coordinator.StateClosed:
 		d.hit(pathReleased)
 	}
+}
+
+// outlierFound notes the outlier t made, in the generation of s the
+// answer was about, and counts the replicas whose spell it ended: outliers
+// found before, whose period ended less than the shortest window of the
+// policies ago (so that none has died of age), that the reference no
+// longer lists.
+func (d *driver) outlierFound(s *cmpScope, t *coordinator.Transition) {
+	if s.gen != t.Generation {
+		s.outliers = nil
+	}
+	s.gen = t.Generation
+	var listed []coordinator.Outlier
+	for id, until := range s.outliers {
+		if id == t.Replica || !d.clock.Now().Before(until.Add(min(s.p.Window, s.alt.Window))) {
+			continue
+		}
+		if listed == nil {
+			snap, err := d.ref.Snapshot(context.Background(), s.alias, s.p)
+			d.noErr("Snapshot", err, nil)
+			listed = append(snap.Outliers, coordinator.Outlier{})
+		}
+		if !slices.ContainsFunc(listed, func(o coordinator.Outlier) bool { return o.Replica == id }) {
+			d.hit(pathOutlierReplaced)
+			delete(s.outliers, id)
+		}
+	}
+	if s.outliers == nil {
+		s.outliers = make(map[string]time.Time)
+	}
+	s.outliers[t.Replica] = t.OpenUntil
+}
+
+// dueOutlier is a replica s's answers found an outlier whose period has
+// ended, so that its next Record is its probe; "" if none.
+func (d *driver) dueOutlier(s *cmpScope) string {
+	var due []string
+	for id, until := range s.outliers {
+		if !d.clock.Now().Before(until) {
+			due = append(due, id)
+		}
+	}
+	if len(due) == 0 {
+		return ""
+	}
+	slices.Sort(due)
+	return due[d.rng.IntN(len(due))]
 }
 
 func outlierList(o *coordinator.Outlier) []coordinator.Outlier {

@@ -31,7 +31,7 @@ func (d *driver) outcome(s *cmpScope, replica string) coordinator.Outcome {
 func (d *driver) callOutcome(s *cmpScope) coordinator.Outcome {
 	p := 0.1
 	if s.failing {
-		p = 0.7
+		p = s.share
 	}
 	o := coordinator.Outcome{Failure: d.rng.Float64() < p, Duration: time.Duration(d.rng.IntN(40)) * time.Millisecond}
 	if (s.failing && d.rng.IntN(2) == 0) || d.rng.IntN(10) == 0 {
@@ -185,6 +185,22 @@ func (d *driver) record(s *cmpScope) {
 		d.batches = append(d.batches, b)
 	}
 	d.send(b)
+}
+
+// probeOutlier has an outlier of s whose period ended send its probe; a
+// Record of the scope if there is none.
+func (d *driver) probeOutlier(s *cmpScope) {
+	id := d.dueOutlier(s)
+	if id == "" {
+		d.record(s)
+		return
+	}
+	c := d.admitOne(s)
+	if c == nil {
+		return
+	}
+	// Some have recovered, some have not.
+	d.send(&batch{s: s, p: s.p, replica: id, calls: []*call{c}, outs: []coordinator.Outcome{{Failure: d.rng.IntN(2) == 0}}})
 }
 
 func (d *driver) retryBatch(s *cmpScope) {
@@ -513,6 +529,35 @@ func (d *driver) crowd(s *cmpScope) {
 			}
 			b.calls = append(b.calls, c)
 			b.outs = append(b.outs, coordinator.Outcome{Failure: j == 3})
+		}
+		d.send(b)
+	}
+}
+
+// burst is a healthy moment and then a brownout too quick for the
+// fleet's pace to count calls it has not sent: a replica's successes,
+// then three replicas' calls at the same instant in turns, nearly all
+// failed, which the recent rule judges before the window's ratio does.
+func (d *driver) burst(s *cmpScope) {
+	d.note("burst on s%d", s.index)
+	batches := []*batch{{s: s, p: s.p, replica: "burst-0"}}
+	for range 4 {
+		for i := range 3 {
+			batches = append(batches, &batch{s: s, p: s.p, replica: fmt.Sprintf("burst-%d", i+1)})
+		}
+	}
+	for i, b := range batches {
+		n := 2
+		if i == 0 {
+			n = 30
+		}
+		for range n {
+			c := d.admitOne(s)
+			if c == nil {
+				return
+			}
+			b.calls = append(b.calls, c)
+			b.outs = append(b.outs, coordinator.Outcome{Failure: i > 0 && d.rng.IntN(10) < 9})
 		}
 		d.send(b)
 	}

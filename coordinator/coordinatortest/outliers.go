@@ -9,14 +9,20 @@ import (
 
 // Outliers: a replica whose own outcomes trip the rules while the fleet's,
 // judged without the Outliers replicas that contribute most, do not, is an
-// outlier. Its own outcomes are those since it first failed or was slow
-// (or since its last spell ended). Its Record is answered with
-// Result.Outlier and a transition of its own (Transition.Replica), its
-// outcomes leave the fleet's window and run, and the rest of its batch is
-// stale. Its Records are stale until its period (OpenFor) ends; then the
-// first outcome of the generation is its probe: a success ends its spell,
-// a failure starts a period twice as long, up to MaxOpenFor. A replica
-// heard alone within the window is its own fleet, never an outlier.
+// outlier if it fails (or is slow) markedly more than the rest of the
+// fleet: implement.Markedly times their share or more, over the recent
+// excursion when the rest made MinCalls calls in it, else over the
+// window. A fleet failing alike has none (recent.go). Its own outcomes
+// are those since it first failed or was slow (or since its last spell
+// ended). Its Record is answered with Result.Outlier and a transition of
+// its own (Transition.Replica), its outcomes leave the fleet's window,
+// run and recent excursion, and the rest of its batch is stale. Its
+// Records are stale until its period (OpenFor) ends; then the first
+// outcome of the generation is its probe: a success ends its spell, a
+// failure starts a period twice as long, up to MaxOpenFor. A replica
+// heard alone within the window is its own fleet, never an outlier. There
+// are never more than Outliers at once: a new one ends the spell that
+// began first. Outliers spend nothing of what a trip leaves out.
 
 // wantOutlier checks what an answer says of its replica as an outlier.
 func (h *harness) wantOutlier(what string, got *coordinator.Outlier, since, until time.Time, reason string) {
@@ -190,9 +196,9 @@ func testOutlierProbeFailureDoublesThePeriod(t *testing.T, f Factory) {
 	bad.wantReplicaTransition("a failed probe without MaxOpenFor", res.Transition, halfOpen, open, gen, "probe failed", h2.now().Add(p.OpenFor))
 }
 
-// testFleetTripEndsEverySpell: with the one outlier the policy leaves out
-// found, the next replica's run is judged as it is, and trips the fleet;
-// the new generation knows no outlier.
+// testFleetTripEndsEverySpell: with the outlier out, good is the only
+// replica heard, its own fleet, and its run trips the breaker; the new
+// generation knows no outlier.
 func testFleetTripEndsEverySpell(t *testing.T, f Factory) {
 	h := newHarness(t, f, breadthPolicy())
 	good, bad := h.as("good"), h.as("bad")
@@ -226,4 +232,34 @@ func testOutlierTransitionsStayOffTheFeed(t *testing.T, f Factory) {
 		t.Fatalf("three failures of good: %+v; want the fleet's trip", res)
 	}
 	wantTransitions(t, ctx, watch, []coordinator.Transition{*res.Transition})
+}
+
+// testOutliersNeverMoreThanThePolicyAllows: with one outlier out, a trip
+// still leaves out the replica that contributes most (a bad replica that
+// restarted under a new ID, say), and once that one is an outlier too,
+// the first one's spell ends: it is a replica like any other again, whose
+// next outcome counts.
+func testOutliersNeverMoreThanThePolicyAllows(t *testing.T, f Factory) {
+	h := newHarness(t, f, breadthPolicy())
+	good, bad, again, c := h.as("good"), h.as("bad"), h.as("again"), h.as("c")
+	gen, at := outlier(h, good, bad)
+	c.wantNoTrip("c's success", gen, ok(gen))
+	again.wantNoTrip("two failures of again", gen, fails(gen, 2)...)
+	c.wantNoTrip("a failure of c: a run of 3, 1 without again", gen, fail(gen))
+	res := again.record(fail(gen))
+	h.wantResult("again's third failure", res, closed, gen, 0)
+	again.wantReplicaTransition("again's third failure", res.Transition, closed, open, gen, "consecutive failures 3 >= 3", h.now().Add(h.p.OpenFor))
+	s := h.snapshot()
+	if len(s.Outliers) != 1 || s.Outliers[0].Replica != "again" {
+		t.Errorf("snapshot outliers %+v; want again alone, bad's spell ended", s.Outliers)
+	}
+	h.clock.Set(at.Add(h.p.OpenFor))
+	res = bad.record(ok(gen))
+	h.wantResult("bad's next success", res, closed, gen, 0)
+	if res.Outlier != nil || res.Transition != nil {
+		t.Errorf("bad's next success: %+v; want no outlier and no transition of its own", res)
+	}
+	if s := h.snapshot(); s.Calls != 7 || s.Failures != 1 {
+		t.Errorf("snapshot %+v; want good's 4 calls, c's 2 and bad's success, again's and bad's failures gone", s)
+	}
 }

@@ -106,6 +106,13 @@ var rules = []struct {
 	{"BreadthAnySuccessEndsTheRun", testBreadthAnySuccessEndsTheRun},
 	{"BreadthOthersHeardWithinTheWindow", testBreadthOthersHeardWithinTheWindow},
 	{"BreadthZeroKeepsThePlainRules", testBreadthZeroKeepsThePlainRules},
+	// recent.go
+	{"RecentFailuresTripBeforeTheWindow", testRecentFailuresTripBeforeTheWindow},
+	{"RecentBelowTheRatioNeverTrips", testRecentBelowTheRatioNeverTrips},
+	{"RecentCountsTheCallsTheFleetMakes", testRecentCountsTheCallsTheFleetMakes},
+	{"RecentEndsAWindowAfterItBegan", testRecentEndsAWindowAfterItBegan},
+	{"RecentSlowCallsTrip", testRecentSlowCallsTrip},
+	{"RecentLeavesOutTheMostFailing", testRecentLeavesOutTheMostFailing},
 	// outliers.go
 	{"OutlierIsToldAndLeavesTheWindow", testOutlierIsToldAndLeavesTheWindow},
 	{"OutlierByRatioAfterAHealthySpell", testOutlierByRatioAfterAHealthySpell},
@@ -115,6 +122,7 @@ var rules = []struct {
 	{"OutlierProbeFailureDoublesThePeriod", testOutlierProbeFailureDoublesThePeriod},
 	{"FleetTripEndsEverySpell", testFleetTripEndsEverySpell},
 	{"OutlierTransitionsStayOffTheFeed", testOutlierTransitionsStayOffTheFeed},
+	{"OutliersNeverMoreThanThePolicyAllows", testOutliersNeverMoreThanThePolicyAllows},
 	// carriedpolicies.go
 	{"RecordCarriesItsPolicy", testRecordCarriesItsPolicy},
 	{"CarriedPoliciesNewestFirst", testCarriedPoliciesNewestFirst},

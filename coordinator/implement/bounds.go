@@ -23,3 +23,8 @@ const RecentPolicies = 16
 // is failing broadly, and the fleet's counts, which every outcome reaches,
 // decide it.
 const TrackedReplicas = 16
+
+// Markedly is how many times the rest of the fleet's share of failures
+// (or slow calls) a replica's must be for it to be an outlier: a fleet
+// failing alike never finds one, whatever a replica's own run.
+const Markedly = 2

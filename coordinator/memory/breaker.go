@@ -107,6 +107,8 @@ type breaker struct {
 	replicas  map[string]*tracked
 	reporters []reporter
 	epoch     int64
+	// recent is the fleet's excursion of the recent rule (recent.go).
+	recent recent
 
 	// lapsed is the transition the current operation made before its own
 	// work (an isolation whose time had passed), reported by the
@@ -351,6 +353,10 @@ func (b *breaker) record(r *rules, now int64, q coordinator.RecordRequest) coord
 		}
 	}
 	done := false
+	var p pace
+	if counting := slices.ContainsFunc(outcomes[start:], func(o coordinator.Outcome) bool { return o.Generation == b.gen }); counting {
+		p = b.paceOf(r, now)
+	}
 	for _, o := range outcomes[start:] {
 		if done || o.Generation != b.gen {
 			stale++
@@ -362,19 +368,22 @@ func (b *breaker) record(r *rules, now int64, q coordinator.RecordRequest) coord
 		if o.Throttled {
 			continue
 		}
+		recently := b.recent.count(r, p, now, o.Failure, r.p.IsSlow(o.Duration))
 		if r.p.Outliers > 0 {
-			x = b.attribute(x, q.Replica, r, now, o)
+			x = b.attribute(x, q.Replica, r, now, o, recently)
 		}
 		if b.state == coordinator.StateDisabled {
 			continue
 		}
-		if reason := b.tripReason(r, now); reason != "" {
+		if reason := b.tripReason(r, p, now, o); reason != "" {
 			calls, failures, slow := b.counts(r, now)
 			b.openByRules(r.openFor, now)
 			b.tripped(now, reason, calls, failures, slow)
 			t, x, done = b.transition(coordinator.StateClosed, now, reason), nil, true
-		} else if x != nil {
-			if reason := b.ownReason(x, r, now); reason != "" {
+		} else if x != nil && (o.Failure || r.p.IsSlow(o.Duration)) {
+			// A replica is found an outlier by its failures and slow
+			// calls alone, as the recent rule trips.
+			if reason := b.ownReason(x, r, p, now); reason != "" {
 				t, done = b.isolate(x, r, now, reason), true
 			}
 		}
@@ -478,6 +487,7 @@ func (b *breaker) restart(state coordinator.State, now int64) {
 	// The replicas that record stay what they were: the breaker's state
 	// does not change them.
 	b.replicas, b.epoch = nil, 0
+	b.recent = recent{}
 	b.recoveredAt = 0
 }
 

@@ -27,6 +27,8 @@ type tracked struct {
 	// epoch (breaker.epoch).
 	run   int
 	epoch int64
+	// recent is what it contributed to the fleet's recent excursion.
+	recent share
 	// until, when not 0, makes it an outlier whose period ends then;
 	// period is that period, since when its spell began, reason the rule
 	// that made it one or "probe failed".
@@ -188,9 +190,10 @@ func (b *breaker) forgetReporter(id string) {
 }
 
 // attribute adds o, an outcome of replica id just added to the fleet's
-// window, to id's own entry: a failure or a slow call makes one if there
-// is none. It returns the entry, nil if there is none.
-func (b *breaker) attribute(t *tracked, id string, r *rules, now int64, o coordinator.Outcome) *tracked {
+// window (and to its recent excursion, if recently), to id's own entry: a
+// failure or a slow call makes one if there is none. It returns the
+// entry, nil if there is none.
+func (b *breaker) attribute(t *tracked, id string, r *rules, now int64, o coordinator.Outcome, recently bool) *tracked {
 	slow := r.p.IsSlow(o.Duration)
 	if t == nil && (o.Failure || slow) {
 		t = b.track(id, r, now)
@@ -224,26 +227,34 @@ func (b *breaker) attribute(t *tracked, id string, r *rules, now int64, o coordi
 	if slow {
 		bk.slow++
 	}
+	if recently {
+		t.recent = t.recent.of(b.recent.number)
+		t.recent.calls++
+		if o.Failure {
+			t.recent.failures++
+		}
+		if slow {
+			t.recent.slow++
+		}
+	}
 	return t
 }
 
 // leftOut returns the replicas a rule is judged without: the Outliers
-// that contribute most to it by measure (ties: the lowest ID), less the
-// outliers already taken out of the fleet's window, unless those are all
-// the replicas heard within the window.
+// that contribute most to it by measure (ties: the lowest ID), unless
+// those are all the replicas heard within the window. Outliers are no
+// candidates: their outcomes have left the fleet's window already, and a
+// replica found one (or one that restarted under a new ID) leaves the
+// budget whole.
 func (b *breaker) leftOut(r *rules, now int64, measure func(*tracked) int) []*tracked {
 	n := r.p.Outliers
 	var cands []*tracked
 	for _, t := range b.replicas {
-		switch {
-		case b.dead(t, r, now):
-		case t.until != 0:
-			n--
-		case measure(t) > 0:
+		if t.until == 0 && !b.dead(t, r, now) && measure(t) > 0 {
 			cands = append(cands, t)
 		}
 	}
-	if n <= 0 || len(cands) == 0 {
+	if len(cands) == 0 {
 		return nil
 	}
 	slices.SortFunc(cands, func(x, y *tracked) int { return cmp.Or(cmp.Compare(measure(y), measure(x)), cmp.Compare(x.id, y.id)) })
@@ -257,12 +268,12 @@ func (b *breaker) leftOut(r *rules, now int64, measure func(*tracked) int) []*tr
 	return nil
 }
 
-// tripReason says which rule holds for the fleet, checked in the order
-// consecutive failures, failure ratio, slow-call ratio; "" when none
-// does. With Policy.Outliers a rule holds only if it holds as well
-// without the replicas leftOut says, and the reason gives the counts
-// without them.
-func (b *breaker) tripReason(r *rules, now int64) string {
+// tripReason says which rule holds for the fleet after o counted, checked
+// in the order consecutive failures, failure ratio, slow-call ratio,
+// recent failures, recent slow calls; "" when none does. With
+// Policy.Outliers a rule holds only if it holds as well without the
+// replicas leftOut says, and the reason gives the counts without them.
+func (b *breaker) tripReason(r *rules, p pace, now int64, o coordinator.Outcome) string {
 	calls, failures, slow := b.counts(r, now)
 	if r.consecutive > 0 && b.consec >= r.consecutive {
 		run := b.consec
@@ -279,13 +290,15 @@ func (b *breaker) tripReason(r *rules, now int64) string {
 			return fmt.Sprintf("consecutive failures %d >= %d", run, r.consecutive) + leavingOut(out)
 		}
 	}
-	if calls < r.calls {
-		return ""
+	if calls >= r.calls {
+		if reason := b.ratioReason(r, now, "failures", r.failPm, failures, calls, func(_, f, _ int) int { return f }); reason != "" {
+			return reason
+		}
+		if reason := b.ratioReason(r, now, "slow calls", r.slowPm, slow, calls, func(_, _, s int) int { return s }); reason != "" {
+			return reason
+		}
 	}
-	if reason := b.ratioReason(r, now, "failures", r.failPm, failures, calls, func(_, f, _ int) int { return f }); reason != "" {
-		return reason
-	}
-	return b.ratioReason(r, now, "slow calls", r.slowPm, slow, calls, func(_, _, s int) int { return s })
+	return b.recentTrip(r, p, now, o)
 }
 
 // ratioReason says whether the ratio rule of pm thousandths, which counts
@@ -326,28 +339,49 @@ func leavingOut(out []*tracked) string {
 	return fmt.Sprintf(", leaving out %d replicas", len(out))
 }
 
-// ownReason says which rule t's own outcomes trip; "" when none does, or
+// ownReason says which rule t's own outcomes trip while t fails (or is
+// slow) markedly more than the rest of the fleet; "" when none does, or
 // when no other replica was heard within the window: a replica alone is
 // its own fleet.
-func (b *breaker) ownReason(t *tracked, r *rules, now int64) string {
+func (b *breaker) ownReason(t *tracked, r *rules, p pace, now int64) string {
 	from, width := b.liveFrom(r, now)
 	if !slices.ContainsFunc(b.reporters, func(rp reporter) bool { return rp.id != t.id && rp.at/width >= from }) {
 		return ""
 	}
-	if r.consecutive > 0 && t.own >= r.consecutive {
+	failed := func(f, _ int) int { return f }
+	slowed := func(_, s int) int { return s }
+	if r.consecutive > 0 && t.own >= r.consecutive && b.worse(t, r, p, now, failed) {
 		return fmt.Sprintf("consecutive failures %d >= %d", t.own, r.consecutive)
 	}
 	calls, failures, slow := t.counts(from)
 	if calls < r.calls {
 		return ""
 	}
-	if r.failPm > 0 && failures*1000 >= r.failPm*calls {
+	if r.failPm > 0 && failures*1000 >= r.failPm*calls && b.worse(t, r, p, now, failed) {
 		return fmt.Sprintf("failures %d/%d >= %s", failures, calls, percent(r.failPm))
 	}
-	if r.slowPm > 0 && slow*1000 >= r.slowPm*calls {
+	if r.slowPm > 0 && slow*1000 >= r.slowPm*calls && b.worse(t, r, p, now, slowed) {
 		return fmt.Sprintf("slow calls %d/%d >= %s", slow, calls, percent(r.slowPm))
 	}
 	return ""
+}
+
+// worse reports whether t fails (or is slow, as pick says) markedly more
+// than the rest of the fleet: implement.Markedly times their share or
+// more, over the recent excursion when the rest made MinCalls calls in it
+// (the same stretch of time for both), else over the window.
+func (b *breaker) worse(t *tracked, r *rules, p pace, now int64, pick func(failures, slow int) int) bool {
+	s := t.recent.of(b.recent.number)
+	mine, calls := pick(s.failures, s.slow), s.calls
+	rest, restCalls := pick(b.recent.failures, b.recent.slow)-mine, b.recent.over(p, now)-calls
+	if calls == 0 || restCalls < r.calls {
+		from, _ := b.liveFrom(r, now)
+		c, f, sl := t.counts(from)
+		all, af, asl := b.counts(r, now)
+		mine, calls = pick(f, sl), c
+		rest, restCalls = pick(af, asl)-mine, all-c
+	}
+	return mine*restCalls >= implement.Markedly*rest*calls
 }
 
 // isolate makes t an outlier for reason: its outcomes leave the fleet's
@@ -366,8 +400,34 @@ func (b *breaker) isolate(t *tracked, r *rules, now int64, reason string) *coord
 		b.consec = max(0, b.consec-t.run)
 	}
 	t.run = 0
+	if s := t.recent.of(b.recent.number); s.calls > 0 {
+		b.recent.calls -= s.calls
+		b.recent.failures -= s.failures
+		b.recent.slow -= s.slow
+	}
+	t.recent = share{}
 	b.forgetReporter(t.id)
+	b.makeRoom(t, r, now)
 	return b.replicaTransition(t, coordinator.StateClosed, coordinator.StateOpen, now, reason)
+}
+
+// makeRoom keeps the outliers to Policy.Outliers now that t is one: the
+// spells that began first end (ties: the lowest ID). An outlier is silent
+// while its period lasts, so the coordinator cannot tell one whose
+// replica is gone (restarted under a new ID) from one that waits: the
+// newest evidence wins. The replica whose spell ended learns it with its
+// probe, which counts as any outcome.
+func (b *breaker) makeRoom(t *tracked, r *rules, now int64) {
+	var spells []*tracked
+	for _, o := range b.replicas {
+		if o != t && o.until != 0 && !b.dead(o, r, now) {
+			spells = append(spells, o)
+		}
+	}
+	slices.SortFunc(spells, func(x, y *tracked) int { return cmp.Or(cmp.Compare(x.since, y.since), cmp.Compare(x.id, y.id)) })
+	for _, o := range spells[:max(0, len(spells)-r.p.Outliers+1)] {
+		delete(b.replicas, o.id)
+	}
 }
 
 // reisolate starts another period of the outlier t, whose probe failed:

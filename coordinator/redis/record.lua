@@ -10,7 +10,9 @@
 --   (implement.RecentPolicies), 19 the replica (RecordRequest.Replica),
 --   20 outliers (Policy.Outliers; 0 = the plain rules), 21 max open for
 --   ms (0 = no back-off), 22 how many replicas to track
---   (implement.TrackedReplicas), 23 how many generations follow with
+--   (implement.TrackedReplicas), 23 how many times the rest of the
+--   fleet's share of failures a replica's must be to make it an outlier
+--   (implement.Markedly), 24 how many generations follow with
 --   calls a dry run would have rejected (Outcome.WouldReject), then two
 --   values for each: the generation (decimal) and how many; then three
 --   values per run of equal outcomes, in order: their generation
@@ -45,8 +47,11 @@ local ENCODING = ARGV[17]
 local RECENT_POLICIES = tonumber(ARGV[18])
 local REPLICA = ARGV[19]
 local OUTLIERS = tonumber(ARGV[20])
-local WOULD = 24 -- the first would-be rejections' ARGV
-local OUTCOMES = WOULD + 2 * tonumber(ARGV[23]) -- the first run's ARGV
+local MAX_OPEN_FOR = tonumber(ARGV[21])
+local TRACKED_REPLICAS = tonumber(ARGV[22])
+local MARKEDLY = tonumber(ARGV[23])
+local WOULD = 25 -- the first would-be rejections' ARGV
+local OUTCOMES = WOULD + 2 * tonumber(ARGV[24]) -- the first run's ARGV
 
 local REPLICA_FIELD = REPLICA_PREFIX .. REPLICA
 local IDX_S, WIDTH_S = int(IDX), int(WIDTH)
@@ -176,15 +181,17 @@ local WINDOW_NUMBERS = {[2] = 'head', [3] = 'calls', [4] = 'failures', [5] = 'sl
   [8] = 'throttled_head', [10] = 'width', [11] = 'buckets', [12] = 'laid_at'}
 local own_raw, own_width, own_buckets = false, WIDTH, BUCKETS
 local counts_changed, heard_changed = false, false
+-- The window's recent field (false: none), read below.
+local recent_raw = false
 
 if not s.newborn then
   local v
   if OUTLIERS > 0 then
     v = redis.call('HMGET', KEY_WINDOW, 'generation', 'head', 'calls', 'failures', 'slow', IDX_S,
-      'throttled', 'throttled_head', 'throttled:' .. IDX_S, 'width', 'buckets', 'laid_at', 'replicas', REPLICA_FIELD)
+      'throttled', 'throttled_head', 'throttled:' .. IDX_S, 'width', 'buckets', 'laid_at', 'recent', 'replicas', REPLICA_FIELD)
   else
     v = redis.call('HMGET', KEY_WINDOW, 'generation', 'head', 'calls', 'failures', 'slow', IDX_S,
-      'throttled', 'throttled_head', 'throttled:' .. IDX_S, 'width', 'buckets', 'laid_at', 'replicas')
+      'throttled', 'throttled_head', 'throttled:' .. IDX_S, 'width', 'buckets', 'laid_at', 'recent', 'replicas')
   end
   -- Its numbers, read as strings below, are checked once (stored_int).
   for i, field in pairs(WINDOW_NUMBERS) do
@@ -206,9 +213,10 @@ if not s.newborn then
       v[6], v[9] = cur[1], cur[2]
       laid, own = true, false
     end
-    raw = v[13] or false
-    if v[14] then
-      own_raw, own_width, own_buckets = v[14], tonumber(v[10] or WIDTH), tonumber(v[11] or BUCKETS)
+    recent_raw = v[13] or false
+    raw = v[14] or false
+    if v[15] then
+      own_raw, own_width, own_buckets = v[15], tonumber(v[10] or WIDTH), tonumber(v[11] or BUCKETS)
     end
     if v[10] and not laid then
       -- Written with another layout, whose replicas no longer record:
@@ -318,6 +326,99 @@ end
 local consecutive = s.consecutive_failures
 local generation = int(s.generation)
 
+-- The recent rule (docs/architecture.md): rec is the fleet's excursion,
+-- the window's recent field "<failures> <slow> <calls> <since> <number>":
+-- the calls counted since failures or slow calls began to outrun the
+-- policy's ratios (since, ms), and the number of the excursion, so that a
+-- replica's share of an ended one reads as none. Its calls are at least
+-- those the fleet's pace says it made since it began: the window's calls
+-- before the current bucket, per (BUCKETS - 1) bucket widths, as this
+-- Record found them.
+local REC_ON = FAILURE_PERMILLE > 0 or SLOW_PERMILLE > 0
+local rec = {f = 0, s = 0, c = 0, since = 0, num = 0}
+if recent_raw then
+  local f, sl, n, since, num = string.match(recent_raw, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+  if not num then
+    error(string.format('window hash field recent holds %q', string.sub(recent_raw, 1, 64)))
+  end
+  rec.f, rec.s, rec.c, rec.since, rec.num = tonumber(f), tonumber(sl), tonumber(n), tonumber(since), tonumber(num)
+end
+local rec_changed = false
+local PACE_CALLS, PACE_PER = other_calls, 0
+if BUCKETS > 1 then
+  PACE_PER = WIDTH * (BUCKETS - 1)
+end
+-- rec_over is the excursion's calls: those counted, or the pace's if more.
+local function rec_over()
+  if rec.c == 0 then
+    return 0
+  end
+  local paced = 0
+  if PACE_PER > 0 and NOW > rec.since then
+    paced = math.floor(PACE_CALLS * (NOW - rec.since) / PACE_PER)
+  end
+  return math.max(rec.c, paced)
+end
+rec.over = rec_over
+-- rec_spent: the excursion holds calls and no enabled ratio's excess any
+-- more, or began a window ago: the next call starts afresh.
+local function rec_spent()
+  if rec.c == 0 then
+    return false
+  end
+  if NOW - rec.since >= WIDTH * BUCKETS then
+    return true
+  end
+  local over = rec_over()
+  return (FAILURE_PERMILLE == 0 or 1000 * rec.f <= FAILURE_PERMILLE * over) and
+    (SLOW_PERMILLE == 0 or 1000 * rec.s <= SLOW_PERMILLE * over)
+end
+-- rec_bad counts a failure or slow call, which starts an excursion if
+-- none holds calls, after ending a spent one.
+local function rec_bad(failed, slowed)
+  if rec_spent() then
+    rec.f, rec.s, rec.c, rec.num = 0, 0, 0, rec.num + 1
+  end
+  if rec.c == 0 then
+    rec.since = NOW
+  end
+  rec.c = rec.c + 1
+  if failed then
+    rec.f = rec.f + 1
+  end
+  if slowed then
+    rec.s = rec.s + 1
+  end
+  rec_changed = true
+end
+-- rec_successes counts n successes, as many as the excursion holds before
+-- it is spent (then it ends, and the rest count in none), and returns how
+-- many counted and in which excursion.
+local function rec_successes(n)
+  local num = rec.num
+  if rec.c == 0 or n <= 0 then
+    return 0, num
+  end
+  -- k: the success before which the excursion is spent
+  local k = 1
+  if NOW - rec.since < WIDTH * BUCKETS then
+    local over = rec_over()
+    if FAILURE_PERMILLE > 0 and FAILURE_PERMILLE * over < 1000 * rec.f then
+      k = math.floor((1000 * rec.f + FAILURE_PERMILLE - 1) / FAILURE_PERMILLE) - rec.c + 1
+    end
+    if SLOW_PERMILLE > 0 and SLOW_PERMILLE * over < 1000 * rec.s then
+      k = math.max(k, math.floor((1000 * rec.s + SLOW_PERMILLE - 1) / SLOW_PERMILLE) - rec.c + 1)
+    end
+  end
+  rec_changed = true
+  if k > n then
+    rec.c = rec.c + n
+    return n, num
+  end
+  rec.f, rec.s, rec.c, rec.num = 0, 0, 0, rec.num + 1
+  return k - 1, num
+end
+
 -- The first run this Record counts, whether one is of its generation
 -- (the replica is heard), and whether one is a failure or slow.
 local first, current, bad = OUTCOMES, false, false
@@ -337,10 +438,11 @@ if (OUTLIERS > 0 and (own_raw or tracked > 0 or bad)) or (adopt and raw) then
   epoch = tonumber(string.match(raw or '0 0', '^%d+ (%d+)'))
   reporters = mod().reporters(heard)
   R = MOD.rules({NOW = NOW, IDX = IDX, FROM = IDX - BUCKETS + 1, WIDTH = WIDTH, BUCKETS = BUCKETS,
-    KEY_WINDOW = KEY_WINDOW, REPLICA = REPLICA, OUTLIERS = OUTLIERS, TRACKED_REPLICAS = tonumber(ARGV[22]),
+    KEY_WINDOW = KEY_WINDOW, REPLICA = REPLICA, OUTLIERS = OUTLIERS, TRACKED_REPLICAS = TRACKED_REPLICAS,
     MIN_CALLS = MIN_CALLS, FAILURE_PERMILLE = FAILURE_PERMILLE, SLOW_PERMILLE = SLOW_PERMILLE,
-    CONSECUTIVE_FAILURES = CONSECUTIVE_FAILURES, OPEN_FOR = OPEN_FOR, MAX_OPEN_FOR = tonumber(ARGV[21]),
-    tracked = tracked, reporters = reporters, relaid = relaid, parse = parse})
+    CONSECUTIVE_FAILURES = CONSECUTIVE_FAILURES, OPEN_FOR = OPEN_FOR, MAX_OPEN_FOR = MAX_OPEN_FOR,
+    tracked = tracked, reporters = reporters, relaid = relaid, parse = parse, rec = rec, over = rec_over,
+    MARKEDLY = MARKEDLY})
   if own_raw then
     R.own(own_raw, own_width, own_buckets)
   end
@@ -462,16 +564,19 @@ if OUTLIERS > 0 and current then
 end
 
 -- check trips the breaker for the fleet if a rule holds, checked in the
--- order consecutive failures, failure ratio, slow-call ratio, or else
--- makes the replica an outlier if its own outcomes trip one. With J a rule
--- holds for the fleet only if it holds as well without the replicas J
--- leaves out, and the reason gives the counts without them. (One closure:
--- each costs every Record that makes it, by what it captures.)
-local function check()
+-- order consecutive failures, failure ratio, slow-call ratio, recent
+-- failures, recent slow calls, or else, after a failure or slow call
+-- (failed, slowed), makes the replica an outlier if its own outcomes trip
+-- one. The recent rule is judged after a failure (or slow call) alone:
+-- nothing else raises it. With J a rule holds for the fleet only if it
+-- holds as well without the replicas J leaves out, and the reason gives
+-- the counts without them. (One closure: each costs every Record that
+-- makes it, by what it captures.)
+local function check(failed, slowed)
   if s.state == DISABLED then
     return
   end
-  local all, failed, slowed = other_calls + calls, other_failures + failures, other_slow + slow
+  local all, failed_all, sl_all = other_calls + calls, other_failures + failures, other_slow + slow
   -- reason: true while a plain rule holds (no J), whose reason is made
   -- once, below.
   local rule, n, of, reason = false, 0, 0, false
@@ -480,13 +585,21 @@ local function check()
     reason = not J or J.broad(rule, n, of, epoch)
   end
   -- integer math: 0.5 must trip at exactly 2 of 4
-  if not reason and all >= MIN_CALLS and FAILURE_PERMILLE > 0 and failed * 1000 >= FAILURE_PERMILLE * all then
-    rule, n, of = 'failures', failed, all
+  if not reason and all >= MIN_CALLS and FAILURE_PERMILLE > 0 and failed_all * 1000 >= FAILURE_PERMILLE * all then
+    rule, n, of = 'failures', failed_all, all
     reason = not J or J.broad(rule, n, of, epoch)
   end
-  if not reason and all >= MIN_CALLS and SLOW_PERMILLE > 0 and slowed * 1000 >= SLOW_PERMILLE * all then
-    rule, n, of = 'slow', slowed, all
+  if not reason and all >= MIN_CALLS and SLOW_PERMILLE > 0 and sl_all * 1000 >= SLOW_PERMILLE * all then
+    rule, n, of = 'slow', sl_all, all
     reason = not J or J.broad(rule, n, of, epoch)
+  end
+  if not reason and failed and FAILURE_PERMILLE > 0 and rec.c > 0 then
+    rule, n, of = 'recent', rec.f, rec_over()
+    reason = (J and J.broad(rule, n, of, epoch)) or (not J and 1000 * n - FAILURE_PERMILLE * of >= 1000 * MIN_CALLS)
+  end
+  if not reason and slowed and SLOW_PERMILLE > 0 and rec.c > 0 then
+    rule, n, of = 'recent_slow', rec.s, rec_over()
+    reason = (J and J.broad(rule, n, of, epoch)) or (not J and 1000 * n - SLOW_PERMILLE * of >= 1000 * MIN_CALLS)
   end
   if reason == true then
     reason = mod().reason_of({CONSECUTIVE_FAILURES = CONSECUTIVE_FAILURES, FAILURE_PERMILLE = FAILURE_PERMILLE,
@@ -494,12 +607,12 @@ local function check()
   end
   if reason then
     open(s, OPEN_FOR, s.generation)
-    tripped(s, reason, all, failed, slowed)
+    tripped(s, reason, all, failed_all, sl_all)
     tr = transition(s, CLOSED, reason)
     return
   end
-  if J and J.x then
-    reason = J.own_reason()
+  if J and J.x and (failed or slowed) then
+    reason = J.own_reason(all, failed_all, sl_all)
     if reason then
       calls, failures, slow, other_calls, other_failures, other_slow, consecutive =
         J.isolate(reason, calls, failures, slow, other_calls, other_failures, other_slow, consecutive, epoch)
@@ -519,22 +632,17 @@ for i = first, #ARGV, 3 do
   elseif ARGV[i + 1] == '0' then
     -- A run of plain successes: after the first, the runs are 0 and every
     -- ratio only falls, so a rule can first hold at the first one, or
-    -- where the calls it counts reach MinCalls: the fleet's, the
-    -- replica's own, the fleet's without the replicas a rule leaves out.
-    -- The rules are checked there alone; the rest of the run after a
-    -- trip, or after the replica was found an outlier, is stale.
+    -- where the calls it counts reach MinCalls: the fleet's, the fleet's
+    -- without the replicas a rule leaves out. The rules are checked there
+    -- alone; the rest of the run after a trip is stale. The recent rule,
+    -- and whether the replica is an outlier, are judged after failures
+    -- and slow calls only.
     local at = {1}
     local before = other_calls + calls
     if before + 1 < MIN_CALLS and before + n >= MIN_CALLS then
       at[#at + 1] = MIN_CALLS - before
     end
     if J then
-      if J.x then
-        before = J.codec.counts(J.x, IDX - BUCKETS + 1)
-        if before + 1 < MIN_CALLS and before + n >= MIN_CALLS then
-          at[#at + 1] = MIN_CALLS - before
-        end
-      end
       if s.state ~= DISABLED then
         J.crossings(at, n, other_calls + calls, other_failures + failures, other_slow + slow, epoch)
       end
@@ -551,8 +659,14 @@ for i = first, #ARGV, 3 do
         if J then
           J.attribute(false, false, k - applied, epoch)
         end
+        if REC_ON then
+          local m, num = rec_successes(k - applied)
+          if J then
+            J.share(false, false, m, num)
+          end
+        end
         applied = k
-        check()
+        check(false, false)
         if tr or (J and J.found()) then
           break
         end
@@ -562,6 +676,12 @@ for i = first, #ARGV, 3 do
       calls = calls + n - applied
       if J and n > applied then
         J.attribute(false, false, n - applied, epoch)
+      end
+      if REC_ON then
+        local m, num = rec_successes(n - applied)
+        if J then
+          J.share(false, false, m, num)
+        end
       end
       applied = n
     end
@@ -589,7 +709,13 @@ for i = first, #ARGV, 3 do
       if J then
         J.attribute(failed, slowed, 1, epoch)
       end
-      check()
+      if REC_ON then
+        rec_bad(failed, slowed)
+        if J then
+          J.share(failed, slowed, 1, rec.num)
+        end
+      end
+      check(failed, slowed)
     end
   end
 end
@@ -641,6 +767,10 @@ if (counts_changed and (raw or R)) or (relabel and raw) then
   fields[#fields + 1], fields[#fields + 2] = 'replicas', int(tracked) .. ' ' .. int(epoch)
 end
 
+if rec_changed then
+  fields[#fields + 1] = 'recent'
+  fields[#fields + 1] = string.format('%d %d %d %s %s', rec.f, rec.s, rec.c, int(rec.since), int(rec.num))
+end
 if #fields > 0 then
   redis.call('HSET', KEY_WINDOW, unpack(fields))
 end

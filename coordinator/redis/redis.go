@@ -267,7 +267,7 @@ func (c *Coordinator) Record(ctx context.Context, q coordinator.RecordRequest) (
 	args = append(args, p.MinCalls, implement.Permille(p.FailureRatio), implement.Permille(p.SlowCallRatio),
 		p.ConsecutiveFailures, p.OpenFor.Milliseconds(), q.BatchID, implement.RecentBatches,
 		fingerprint, int(q.Source), encoding, implement.RecentPolicies,
-		replicaArg(q.Replica), p.Outliers, p.MaxOpenFor.Milliseconds(), implement.TrackedReplicas)
+		replicaArg(q.Replica), p.Outliers, p.MaxOpenFor.Milliseconds(), implement.TrackedReplicas, implement.Markedly)
 	// Calls a dry run would have rejected are no calls: counted apart, by
 	// generation, before the runs.
 	would, calls := wouldReject(outcomes)

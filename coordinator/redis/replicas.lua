@@ -6,7 +6,9 @@
 --   replica:<id>  a replica that failed or was slow: "<own> <run> <epoch>
 --                 <until> <period> <since> <n>" then n times " <index>
 --                 <calls> <failures> <slow>" (its own buckets, in the
---                 window's layout), then "|" and the reason it is an
+--                 window's layout), then " <calls> <failures> <slow>
+--                 <number>" (what it added to the fleet's recent excursion
+--                 number, record.lua), then "|" and the reason it is an
 --                 outlier; own is its own run of failures, run what it
 --                 added to the fleet's run number epoch, until (0: no
 --                 outlier) the end of its period, period that period,
@@ -45,6 +47,12 @@ local function replicas_module()
       return string.format('consecutive failures %d >= %d', n, c.CONSECUTIVE_FAILURES) .. suffix
     elseif rule == 'failures' then
       return string.format('failures %d/%d >= %s', n, of, percent(c.FAILURE_PERMILLE)) .. suffix
+    elseif rule == 'recent' then
+      return string.format('recent failures %d/%d, %d over %s', n, of,
+        math.floor((1000 * n - c.FAILURE_PERMILLE * of) / 1000), percent(c.FAILURE_PERMILLE)) .. suffix
+    elseif rule == 'recent_slow' then
+      return string.format('recent slow calls %d/%d, %d over %s', n, of,
+        math.floor((1000 * n - c.SLOW_PERMILLE * of) / 1000), percent(c.SLOW_PERMILLE)) .. suffix
     end
     return string.format('slow calls %d/%d >= %s', n, of, percent(c.SLOW_PERMILLE)) .. suffix
   end
@@ -115,6 +123,8 @@ local function replicas_module()
       for i = 8, 7 + 4 * nums[7], 4 do
         e.buckets[nums[i]] = {nums[i + 1], nums[i + 2], nums[i + 3]}
       end
+      local k = 8 + 4 * nums[7]
+      e.rn, e.rf, e.rs, e.rnum = nums[k] or 0, nums[k + 1] or 0, nums[k + 2] or 0, nums[k + 3] or 0
       return e
     end
 
@@ -127,6 +137,7 @@ local function replicas_module()
         parts[#parts + 1] = string.format('%s %d %d %d', int(idx), b[1], b[2], b[3])
       end
       parts[7] = int(n)
+      parts[#parts + 1] = string.format('%d %d %d %s', e.rn, e.rf, e.rs, int(e.rnum))
       return table.concat(parts, ' ') .. '|' .. e.reason
     end
 
@@ -322,7 +333,8 @@ local function replicas_module()
         drop(victim.id)
         R.tracked = R.tracked - 1
       end
-      R.x = {id = c.REPLICA, own = 0, run = 0, epoch = 0, till = 0, period = 0, since = 0, reason = '', buckets = {}}
+      R.x = {id = c.REPLICA, own = 0, run = 0, epoch = 0, till = 0, period = 0, since = 0, reason = '', buckets = {},
+        rn = 0, rf = 0, rs = 0, rnum = 0}
       R.tracked = R.tracked + 1
       if loaded then
         entries[c.REPLICA] = R.x
@@ -364,6 +376,35 @@ local function replicas_module()
       R.x_changed = true
     end
 
+    -- share adds k calls of the replica, counted in the fleet's recent
+    -- excursion number num, to what its entry says it added there.
+    function R.share(failed, slowed, k, num)
+      local x = R.x
+      if not x or k == 0 then
+        return
+      end
+      if x.rnum ~= num then
+        x.rn, x.rf, x.rs, x.rnum = 0, 0, 0, num
+      end
+      x.rn = x.rn + k
+      if failed then
+        x.rf = x.rf + k
+      end
+      if slowed then
+        x.rs = x.rs + k
+      end
+      R.x_changed = true
+    end
+
+    -- recent is what e added to the fleet's current recent excursion:
+    -- calls, failures, slow calls.
+    local function recent(e)
+      if e.rnum ~= c.rec.num then
+        return 0, 0, 0
+      end
+      return e.rn, e.rf, e.rs
+    end
+
     local measures = {
       failures = function(e)
         local _, f = codec.counts(e, FROM)
@@ -373,12 +414,21 @@ local function replicas_module()
         local _, _, sl = codec.counts(e, FROM)
         return sl
       end,
+      recent = function(e)
+        local rn, rf = recent(e)
+        return 1000 * rf - c.FAILURE_PERMILLE * rn
+      end,
+      recent_slow = function(e)
+        local rn, _, rs = recent(e)
+        return 1000 * rs - c.SLOW_PERMILLE * rn
+      end,
     }
 
     -- left_out is the replicas a rule is judged without: the Outliers that
-    -- contribute most to it (ties: the lowest ID), less the outliers
-    -- already out of the fleet's window, unless those are all the replicas
-    -- heard within the window. epoch is the fleet's run's number.
+    -- contribute most to it (ties: the lowest ID), unless those are all
+    -- the replicas heard within the window. Outliers are no candidates:
+    -- their outcomes have left the fleet's window already. epoch is the
+    -- fleet's run's number.
     local function left_out(rule, epoch)
       local measure = measures[rule] or function(e)
         if e.epoch == epoch then
@@ -389,13 +439,11 @@ local function replicas_module()
       local n = c.OUTLIERS
       local cands = {}
       for _, e in pairs(load()) do
-        if e.till ~= 0 then
-          n = n - 1
-        elseif measure(e) > 0 then
+        if e.till == 0 and measure(e) > 0 then
           cands[#cands + 1] = e
         end
       end
-      if n <= 0 or #cands == 0 then
+      if #cands == 0 then
         return {}
       end
       table.sort(cands, function(a, b)
@@ -424,11 +472,14 @@ local function replicas_module()
       local out = left_out(rule, epoch)
       for _, e in ipairs(out) do
         local ec, ef, es = codec.counts(e, FROM)
+        if rule == 'recent' or rule == 'recent_slow' then
+          ec, ef, es = recent(e)
+        end
         if rule == 'run' then
           if e.epoch == epoch then
             n = n - e.run
           end
-        elseif rule == 'failures' then
+        elseif rule == 'failures' or rule == 'recent' then
           n, of = n - ef, of - ec
         else
           n, of = n - es, of - ec
@@ -439,6 +490,10 @@ local function replicas_module()
         holds = n >= c.CONSECUTIVE_FAILURES
       elseif rule == 'failures' then
         holds = of >= c.MIN_CALLS and n * 1000 >= c.FAILURE_PERMILLE * of
+      elseif rule == 'recent' then
+        holds = 1000 * n - c.FAILURE_PERMILLE * of >= 1000 * c.MIN_CALLS
+      elseif rule == 'recent_slow' then
+        holds = 1000 * n - c.SLOW_PERMILLE * of >= 1000 * c.MIN_CALLS
       else
         holds = of >= c.MIN_CALLS and n * 1000 >= c.SLOW_PERMILLE * of
       end
@@ -483,10 +538,34 @@ local function replicas_module()
       end
     end
 
-    -- own_reason says which rule the replica's own outcomes trip; false
-    -- when none does, or when no other replica was heard within the
-    -- window: a replica alone is its own fleet.
-    function R.own_reason()
+    -- worse says whether the replica fails (slowed: is slow) markedly
+    -- more than the rest of the fleet: c.MARKEDLY times their share or
+    -- more, over the recent excursion when the rest made MinCalls calls
+    -- in it (the same stretch of time for both), else over the window,
+    -- whose counts are all, failed and slowed.
+    local function worse(slowed, all, failed, sl_all)
+      local x = R.x
+      local calls, mine, mine_slow = recent(x)
+      local rest, rest_calls = c.rec.f - mine, c.over() - calls
+      if slowed then
+        mine, rest = mine_slow, c.rec.s - mine_slow
+      end
+      if calls == 0 or rest_calls < c.MIN_CALLS then
+        local xc, xf, xs = codec.counts(x, FROM)
+        calls, mine, rest, rest_calls = xc, xf, failed - xf, all - xc
+        if slowed then
+          mine, rest = xs, sl_all - xs
+        end
+      end
+      return mine * rest_calls >= c.MARKEDLY * rest * calls
+    end
+
+    -- own_reason says which rule the replica's own outcomes trip while it
+    -- fails (or is slow) markedly more than the rest of the fleet, whose
+    -- window counts all, failed and sl_all; false when none does, or when
+    -- no other replica was heard within the window: a replica alone is
+    -- its own fleet.
+    function R.own_reason(all, failed, sl_all)
       local alone = true
       for _, rp in ipairs(c.reporters) do
         if rp.id ~= c.REPLICA and math.floor(rp.at / c.WIDTH) >= FROM then
@@ -497,17 +576,17 @@ local function replicas_module()
         return false
       end
       local x = R.x
-      if c.CONSECUTIVE_FAILURES > 0 and x.own >= c.CONSECUTIVE_FAILURES then
+      if c.CONSECUTIVE_FAILURES > 0 and x.own >= c.CONSECUTIVE_FAILURES and worse(false, all, failed, sl_all) then
         return mod.reason_of(c, 'run', x.own, 0, '')
       end
       local calls, f, sl = codec.counts(x, FROM)
       if calls < c.MIN_CALLS then
         return false
       end
-      if c.FAILURE_PERMILLE > 0 and f * 1000 >= c.FAILURE_PERMILLE * calls then
+      if c.FAILURE_PERMILLE > 0 and f * 1000 >= c.FAILURE_PERMILLE * calls and worse(false, all, failed, sl_all) then
         return mod.reason_of(c, 'failures', f, calls, '')
       end
-      if c.SLOW_PERMILLE > 0 and sl * 1000 >= c.SLOW_PERMILLE * calls then
+      if c.SLOW_PERMILLE > 0 and sl * 1000 >= c.SLOW_PERMILLE * calls and worse(true, all, failed, sl_all) then
         return mod.reason_of(c, 'slow', sl, calls, '')
       end
       return false
@@ -549,6 +628,31 @@ local function replicas_module()
         run = math.max(0, run - x.run)
       end
       x.run = 0
+      local rn, rf, rs = recent(x)
+      c.rec.c, c.rec.f, c.rec.s = c.rec.c - rn, c.rec.f - rf, c.rec.s - rs
+      x.rn, x.rf, x.rs = 0, 0, 0
+      -- Never more than Outliers at once: the spells that began first end
+      -- (ties: the lowest ID). An outlier is silent while its period lasts,
+      -- so one whose replica is gone (restarted under a new ID) cannot be
+      -- told from one that waits: the newest evidence wins.
+      local spells = {}
+      for id, e in pairs(load()) do
+        if id ~= c.REPLICA and e.till ~= 0 then
+          spells[#spells + 1] = e
+        end
+      end
+      table.sort(spells, function(a, b)
+        if a.since ~= b.since then
+          return a.since < b.since
+        end
+        return codec.before(a.id, b.id)
+      end)
+      for k = 1, #spells - c.OUTLIERS + 1 do
+        local id = spells[k].id
+        entries[id], R.rewrite[id] = nil, nil
+        drop(id)
+        R.tracked = R.tracked - 1
+      end
       for k = #c.reporters, 1, -1 do
         if c.reporters[k].id == c.REPLICA then
           table.remove(c.reporters, k)

@@ -1,0 +1,148 @@
+package memory
+
+import (
+	"fmt"
+
+	"github.com/cbgrpc/cbgrpc/coordinator"
+)
+
+// recent is the fleet's recent evidence (the recent rule,
+// docs/architecture.md): the calls counted since failures or slow calls
+// last began to outrun what the policy's ratios allow, an excursion of a
+// CUSUM. number counts excursions, so that a replica's share of an ended
+// one reads as none; since is when the current one began (ms).
+type recent struct {
+	failures, slow, calls int
+	since, number         int64
+}
+
+// pace is the fleet's call rate, read from the window's buckets before
+// the current one as a Record finds them: calls per width × (buckets −
+// 1) ms. A replica that holds its successes while another sends its
+// failures at once makes the recent outcomes look worse than they are;
+// the excursion counts at least the calls this rate says the fleet made
+// since it began.
+type pace struct{ calls, per int64 }
+
+// paceOf reads the window's pace at now in r's layout.
+func (b *breaker) paceOf(r *rules, now int64) pace {
+	if r.buckets < 2 {
+		return pace{}
+	}
+	other := b.live(r, now).calls
+	if bk := b.window[now/r.width]; bk != nil {
+		other -= bk.calls
+	}
+	return pace{calls: int64(other), per: r.width * (r.buckets - 1)}
+}
+
+// expected is how many calls the fleet made in the d ms since an
+// excursion began, by its pace.
+func (p pace) expected(d int64) int {
+	if p.per == 0 || d <= 0 {
+		return 0
+	}
+	return int(p.calls * d / p.per)
+}
+
+// excess is what n of calls make beyond pm thousandths of them, in
+// thousandths of a call.
+func excess(n, calls, pm int) int { return 1000*n - pm*calls }
+
+// over is the excursion's calls at now: those counted, or the fleet's
+// pace's if more.
+func (x *recent) over(p pace, now int64) int {
+	return max(x.calls, p.expected(now-x.since))
+}
+
+// spent reports whether the excursion holds calls and no enabled ratio's
+// excess any more, or began a window ago: the next call starts afresh.
+func (x *recent) spent(r *rules, p pace, now int64) bool {
+	if x.calls == 0 {
+		return false
+	}
+	if now-x.since >= r.width*r.buckets {
+		return true
+	}
+	calls := x.over(p, now)
+	return (r.failPm == 0 || excess(x.failures, calls, r.failPm) <= 0) && (r.slowPm == 0 || excess(x.slow, calls, r.slowPm) <= 0)
+}
+
+// count adds one call to the excursion, after ending a spent one: a
+// failure or slow call starts one, a success counts only in one. It
+// reports whether the call counted.
+func (x *recent) count(r *rules, p pace, now int64, failure, slow bool) bool {
+	if r.failPm == 0 && r.slowPm == 0 {
+		return false
+	}
+	if x.spent(r, p, now) {
+		*x = recent{number: x.number + 1}
+	}
+	if x.calls == 0 {
+		if !failure && !slow {
+			return false
+		}
+		x.since = now
+	}
+	x.calls++
+	if failure {
+		x.failures++
+	}
+	if slow {
+		x.slow++
+	}
+	return true
+}
+
+// share is what a replica contributed to the excursion number: calls,
+// failures and slow calls.
+type share struct {
+	calls, failures, slow int
+	number                int64
+}
+
+// of is s as of excursion number: nothing once that one ended.
+func (s share) of(number int64) share {
+	if s.number != number {
+		return share{number: number}
+	}
+	return s
+}
+
+// recentReason says whether the recent rule on n (failures or slow calls,
+// as name says) of the excursion's calls holds for the fleet, judged
+// without the replicas leftOut says; "" when it does not. It is judged
+// when a failure or slow call counts: nothing else raises it.
+func (b *breaker) recentReason(r *rules, p pace, now int64, name string, pm int, pick func(failures, slow int) int) string {
+	if pm == 0 || b.recent.calls == 0 {
+		return ""
+	}
+	calls, n := b.recent.over(p, now), pick(b.recent.failures, b.recent.slow)
+	out := b.leftOutBy(r, now, func(t *tracked) int {
+		s := t.recent.of(b.recent.number)
+		return excess(pick(s.failures, s.slow), s.calls, pm)
+	})
+	for _, t := range out {
+		s := t.recent.of(b.recent.number)
+		calls, n = calls-s.calls, n-pick(s.failures, s.slow)
+	}
+	over := excess(n, calls, pm)
+	if over < 1000*r.calls {
+		return ""
+	}
+	return fmt.Sprintf("recent %s %d/%d, %d over %s", name, n, calls, over/1000, percent(pm)) + leavingOut(out)
+}
+
+// recentTrip is the recent rule's reason after o counted; "" if it holds
+// for neither failures nor slow calls.
+func (b *breaker) recentTrip(r *rules, p pace, now int64, o coordinator.Outcome) string {
+	if o.Failure {
+		if reason := b.recentReason(r, p, now, "failures", r.failPm, func(f, _ int) int { return f }); reason != "" {
+			return reason
+		}
+	}
+	if r.p.IsSlow(o.Duration) {
+		return b.recentReason(r, p, now, "slow calls", r.slowPm, func(_, s int) int { return s })
+	}
+	return ""
+}
