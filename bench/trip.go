@@ -87,6 +87,9 @@ type TripBreakerRow struct {
 	// dependency was healthy: a trip of the noise, or of the bad replicas.
 	HealthyRejected int64
 	HealthyCalls    int64
+	// SparedRejected is the calls rejected while the dependency was down
+	// of the replicas a zone outage spared: calls it would have served.
+	SparedRejected int64
 	// BadFailures is, per bad replica, its failing calls before its first
 	// rejection, summed over its starts (-1: never rejected); BadRejected
 	// its rejected calls; BadStarts how many breakers they started.
@@ -238,6 +241,7 @@ func summarize(name string, loops []*tripLoop, wentDown bool) TripBreakerRow {
 			continue
 		}
 		row.HealthyRejected += l.healthyRejected
+		row.SparedRejected += l.sparedRejected
 		row.HealthyCalls += l.calls
 		if !wentDown {
 			continue

@@ -108,3 +108,15 @@ func TestTripRestartSmoke(t *testing.T) {
 		t.Errorf("%s: the bad replica failed %v calls before rejecting, over %d starts; want 6 a start", g.Breaker, g.BadFailures, g.BadStarts)
 	}
 }
+
+// TestTripZoneSmoke takes one replica of three down: its local breakers
+// stop and the others' never do, having met only successes.
+func TestTripZoneSmoke(t *testing.T) {
+	row := runTrip(t, TripConfig{Replicas: 3, Rate: 50, Spell: time.Second, Down: 2 * time.Second, DownReplicas: 1, Peers: true})
+	for _, p := range row.Peers {
+		if p.FirstStopped < 0 || p.LastStopped >= 0 || p.SparedRejected != 0 {
+			t.Errorf("%s: stopped %v / %v, %d calls outside the zone rejected; want the zone's replica stopped, not the others",
+				p.Breaker, p.FirstStopped, p.LastStopped, p.SparedRejected)
+		}
+	}
+}

@@ -46,7 +46,7 @@ func (d tripDependency) answer(i int, since time.Duration) answer {
 	switch {
 	case i < d.bad:
 		return answer{fail: true}
-	case since < 0 || d.downFor == 0 || i-d.bad >= d.downReplicas:
+	case since < 0 || d.downFor == 0 || d.spared(i):
 		return answer{fail: rand.Float64() < d.noise}
 	case d.slowShare > 0:
 		a := answer{fail: rand.Float64() < d.noise}
@@ -62,6 +62,9 @@ func (d tripDependency) answer(i int, since time.Duration) answer {
 	// The noise goes on under a brownout that fails fewer calls than it.
 	return answer{fail: rand.Float64() < max(share, d.noise)}
 }
+
+// spared says whether replica i is outside the zone that meets the outage.
+func (d tripDependency) spared(i int) bool { return i >= d.bad && i-d.bad >= d.downReplicas }
 
 // invoker answers the call as a, taking a.slow unless ctx ends first.
 func (a answer) invoker() grpc.UnaryInvoker {

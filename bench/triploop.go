@@ -23,6 +23,7 @@ type tripLoop struct {
 	mu                      sync.Mutex
 	calls, failed, rejected int64
 	healthyRejected         int64
+	sparedRejected          int64
 	// failedSince counts the failing or slow calls served since the
 	// dependency went down; stopped is the first rejection since then, absorbed the
 	// count at that moment.
@@ -156,8 +157,13 @@ func (l *tripLoop) call(ctx context.Context, s *tripStart, since time.Duration) 
 		}
 	case since < 0:
 		l.healthyRejected++
-	case l.stopped < 0:
-		l.stopped, l.absorbed = since, l.failedSince
+	default:
+		if l.dep.spared(l.i) {
+			l.sparedRejected++
+		}
+		if l.stopped < 0 {
+			l.stopped, l.absorbed = since, l.failedSince
+		}
 	}
 	l.rejected++
 	return true

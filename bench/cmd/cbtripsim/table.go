@@ -71,5 +71,9 @@ func cells(cfg bench.TripConfig, b bench.TripBreakerRow) string {
 			bad += fmt.Sprintf(" over %d starts", b.BadStarts)
 		}
 	}
-	return fmt.Sprintf("%s | %s | %s | %d of %d | %s", b.Breaker, stopped, absorbed, b.HealthyRejected, b.HealthyCalls, bad)
+	healthy := fmt.Sprintf("%d of %d", b.HealthyRejected, b.HealthyCalls)
+	if cfg.DownReplicas > 0 {
+		healthy += fmt.Sprintf(", and %d outside the zone while down", b.SparedRejected)
+	}
+	return fmt.Sprintf("%s | %s | %s | %s | %s", b.Breaker, stopped, absorbed, healthy, bad)
 }
