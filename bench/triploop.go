@@ -20,10 +20,10 @@ type tripLoop struct {
 	// restart, for a bad replica, is how often it restarts (0: never).
 	restart time.Duration
 
-	mu                      sync.Mutex
-	calls, failed, rejected int64
-	healthyRejected         int64
-	sparedRejected          int64
+	mu              sync.Mutex
+	calls, rejected int64
+	healthyRejected int64
+	sparedRejected  int64
 	// failedSince counts the failing or slow calls served since the
 	// dependency went down; stopped is the first rejection since then, absorbed the
 	// count at that moment.
@@ -143,7 +143,6 @@ func (l *tripLoop) call(ctx context.Context, s *tripStart, since time.Duration) 
 	switch {
 	case !rejected:
 		if a.fail {
-			l.failed++
 			s.failed++
 		}
 		if (a.fail || a.slow > 0) && since >= 0 && !l.bad {
