@@ -263,3 +263,27 @@ func testOutliersNeverMoreThanThePolicyAllows(t *testing.T, f Factory) {
 		t.Errorf("snapshot %+v; want good's 4 calls, c's 2 and bad's success, again's and bad's failures gone", s)
 	}
 }
+
+// testOutliersTwoFailingAlone: with Outliers 2, two replicas failing alike
+// beside a healthy one are each compared with the fleet without the
+// other, and both are outliers; the fleet stays closed.
+func testOutliersTwoFailingAlone(t *testing.T, f Factory) {
+	p := breadthPolicy()
+	p.ConsecutiveFailures, p.Outliers = 0, 2
+	h := newHarness(t, f, p)
+	good, bad1, bad2 := h.as("good"), h.as("bad1"), h.as("bad2")
+	gen := h.closedGen()
+	good.wantNoTrip("two successes", gen, oks(gen, 2)...)
+	for i := range 3 {
+		bad1.wantNoTrip("a failure of bad1, "+string(rune('1'+i)), gen, fail(gen))
+		bad2.wantNoTrip("a failure of bad2, "+string(rune('1'+i)), gen, fail(gen))
+	}
+	for _, b := range []*harness{bad1, bad2} {
+		res := b.record(fail(gen))
+		h.wantResult(b.replica+"'s fourth failure", res, closed, gen, 0)
+		b.wantReplicaTransition(b.replica+"'s fourth failure", res.Transition, closed, open, gen, "failures 4/4 >= 50%", h.now().Add(p.OpenFor))
+	}
+	if s := h.snapshot(); len(s.Outliers) != 2 {
+		t.Errorf("snapshot outliers %+v; want bad1 and bad2", s.Outliers)
+	}
+}

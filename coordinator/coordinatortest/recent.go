@@ -153,3 +153,21 @@ func testRecentLeavesOutTheMostFailing(t *testing.T, f Factory) {
 		t.Errorf("last trip %+v; want the window's counts, 22 calls and 12 failures", s.LastTrip)
 	}
 }
+
+// testRecentHeldSuccessesCountFromAReplicasFirstFailure: with Outliers, a
+// replica's successes count in the excursion once it has failed in it; the
+// successes it held from before, sent with its first failure, count in
+// none (the fleet's pace stands for them). Five replicas each send ten
+// such successes and two failures: the recent rule trips on the failures.
+func testRecentHeldSuccessesCountFromAReplicasFirstFailure(t *testing.T, f Factory) {
+	p := basePolicy()
+	p.Outliers = 1
+	h := newHarness(t, f, p)
+	gen := h.closedGen()
+	h.as("good").wantNoTrip("a healthy spell", gen, oks(gen, 40)...)
+	held := append(oks(gen, 10), fail(gen), fail(gen))
+	for _, r := range []string{"a", "b", "c", "d"} {
+		h.as(r).wantNoTrip(r+"'s held successes and two failures", gen, held...)
+	}
+	h.as("e").wantTrip("e's: 10/10 recently, 8/8 without a", gen, "recent failures 8/8, 4 over 50%, leaving out 1 replica", held...)
+}

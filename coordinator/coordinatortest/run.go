@@ -113,6 +113,7 @@ var rules = []struct {
 	{"RecentEndsAWindowAfterItBegan", testRecentEndsAWindowAfterItBegan},
 	{"RecentSlowCallsTrip", testRecentSlowCallsTrip},
 	{"RecentLeavesOutTheMostFailing", testRecentLeavesOutTheMostFailing},
+	{"RecentHeldSuccessesCountFromAReplicasFirstFailure", testRecentHeldSuccessesCountFromAReplicasFirstFailure},
 	// outliers.go
 	{"OutlierIsToldAndLeavesTheWindow", testOutlierIsToldAndLeavesTheWindow},
 	{"OutlierByRatioAfterAHealthySpell", testOutlierByRatioAfterAHealthySpell},
@@ -123,6 +124,7 @@ var rules = []struct {
 	{"FleetTripEndsEverySpell", testFleetTripEndsEverySpell},
 	{"OutlierTransitionsStayOffTheFeed", testOutlierTransitionsStayOffTheFeed},
 	{"OutliersNeverMoreThanThePolicyAllows", testOutliersNeverMoreThanThePolicyAllows},
+	{"OutliersTwoFailingAlone", testOutliersTwoFailingAlone},
 	// carriedpolicies.go
 	{"RecordCarriesItsPolicy", testRecordCarriesItsPolicy},
 	{"CarriedPoliciesNewestFirst", testCarriedPoliciesNewestFirst},

@@ -368,7 +368,10 @@ func (b *breaker) record(r *rules, now int64, q coordinator.RecordRequest) coord
 		if o.Throttled {
 			continue
 		}
-		recently := b.recent.count(r, p, now, o.Failure, r.p.IsSlow(o.Duration))
+		recently := false
+		if bad := o.Failure || r.p.IsSlow(o.Duration); bad || r.p.Outliers == 0 || x.joined(b.recent.number) {
+			recently = b.recent.count(r, p, now, o.Failure, r.p.IsSlow(o.Duration))
+		}
 		if r.p.Outliers > 0 {
 			x = b.attribute(x, q.Replica, r, now, o, recently)
 		}

@@ -101,6 +101,14 @@ type share struct {
 	number                int64
 }
 
+// joined reports whether t has failed (or been slow) in the excursion
+// number, so that its successes count in it. A replica sends the successes
+// it held with its next failure: those from before it saw the excursion's
+// trouble count in none, and the fleet's pace stands for them.
+func (t *tracked) joined(number int64) bool {
+	return t != nil && t.recent.number == number && t.recent.calls > 0
+}
+
 // of is s as of excursion number: nothing once that one ended.
 func (s share) of(number int64) share {
 	if s.number != number {

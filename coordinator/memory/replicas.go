@@ -247,18 +247,10 @@ func (b *breaker) attribute(t *tracked, id string, r *rules, now int64, o coordi
 // replica found one (or one that restarted under a new ID) leaves the
 // budget whole.
 func (b *breaker) leftOut(r *rules, now int64, measure func(*tracked) int) []*tracked {
-	n := r.p.Outliers
-	var cands []*tracked
-	for _, t := range b.replicas {
-		if t.until == 0 && !b.dead(t, r, now) && measure(t) > 0 {
-			cands = append(cands, t)
-		}
-	}
+	cands := b.worst(r, now, r.p.Outliers, nil, measure)
 	if len(cands) == 0 {
 		return nil
 	}
-	slices.SortFunc(cands, func(x, y *tracked) int { return cmp.Or(cmp.Compare(measure(y), measure(x)), cmp.Compare(x.id, y.id)) })
-	cands = cands[:min(n, len(cands))]
 	from, width := b.liveFrom(r, now)
 	for _, rp := range b.reporters {
 		if rp.at/width >= from && !slices.ContainsFunc(cands, func(t *tracked) bool { return t.id == rp.id }) {
@@ -321,6 +313,20 @@ func (b *breaker) ratioReason(r *rules, now int64, name string, pm, n, calls int
 	return fmt.Sprintf("%s %d/%d >= %s", name, n, calls, percent(pm)) + leavingOut(out)
 }
 
+// worst returns the n replicas but except that contribute most by
+// measure (ties: the lowest ID), outliers and replicas that contribute
+// nothing aside.
+func (b *breaker) worst(r *rules, now int64, n int, except *tracked, measure func(*tracked) int) []*tracked {
+	var cands []*tracked
+	for _, t := range b.replicas {
+		if t != except && t.until == 0 && !b.dead(t, r, now) && measure(t) > 0 {
+			cands = append(cands, t)
+		}
+	}
+	slices.SortFunc(cands, func(x, y *tracked) int { return cmp.Or(cmp.Compare(measure(y), measure(x)), cmp.Compare(x.id, y.id)) })
+	return cands[:min(max(n, 0), len(cands))]
+}
+
 // leftOutBy is leftOut when the policy attributes outcomes at all.
 func (b *breaker) leftOutBy(r *rules, now int64, measure func(*tracked) int) []*tracked {
 	if r.p.Outliers == 0 {
@@ -369,17 +375,33 @@ func (b *breaker) ownReason(t *tracked, r *rules, p pace, now int64) string {
 // worse reports whether t fails (or is slow, as pick says) markedly more
 // than the rest of the fleet: implement.Markedly times their share or
 // more, over the recent excursion when the rest made MinCalls calls in it
-// (the same stretch of time for both), else over the window.
+// (the same stretch of time for both), else over the window. The rest
+// leaves out the Outliers − 1 other replicas that contribute most, as a
+// trip would: with Outliers 2, two replicas failing alone are both
+// outliers.
 func (b *breaker) worse(t *tracked, r *rules, p pace, now int64, pick func(failures, slow int) int) bool {
-	s := t.recent.of(b.recent.number)
-	mine, calls := pick(s.failures, s.slow), s.calls
-	rest, restCalls := pick(b.recent.failures, b.recent.slow)-mine, b.recent.over(p, now)-calls
+	recent := func(o *tracked) (calls, n int) {
+		s := o.recent.of(b.recent.number)
+		return s.calls, pick(s.failures, s.slow)
+	}
+	from, _ := b.liveFrom(r, now)
+	window := func(o *tracked) (calls, n int) {
+		c, f, sl := o.counts(from)
+		return c, pick(f, sl)
+	}
+	shares := func(of func(*tracked) (int, int), calls, n int) (mine, myCalls, rest, restCalls int) {
+		myCalls, mine = of(t)
+		restCalls, rest = calls-myCalls, n-mine
+		for _, o := range b.worst(r, now, r.p.Outliers-1, t, func(o *tracked) int { _, n := of(o); return n }) {
+			c, k := of(o)
+			restCalls, rest = restCalls-c, rest-k
+		}
+		return mine, myCalls, rest, restCalls
+	}
+	mine, calls, rest, restCalls := shares(recent, b.recent.over(p, now), pick(b.recent.failures, b.recent.slow))
 	if calls == 0 || restCalls < r.calls {
-		from, _ := b.liveFrom(r, now)
-		c, f, sl := t.counts(from)
 		all, af, asl := b.counts(r, now)
-		mine, calls = pick(f, sl), c
-		rest, restCalls = pick(af, asl)-mine, all-c
+		mine, calls, rest, restCalls = shares(window, all, pick(af, asl))
 	}
 	return mine*restCalls >= implement.Markedly*rest*calls
 }

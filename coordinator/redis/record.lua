@@ -326,6 +326,18 @@ end
 local consecutive = s.consecutive_failures
 local generation = int(s.generation)
 
+-- The first run this Record counts, whether one is of its generation
+-- (the replica is heard), and whether one is a failure or slow.
+local first, current, bad = OUTCOMES, false, false
+for i = OUTCOMES, #ARGV, 3 do
+  if ARGV[i] == generation then
+    current, bad = true, bad or (ARGV[i + 1] ~= '0' and ARGV[i + 1] ~= '4')
+  end
+end
+if raw and string.sub(raw, 1, 2) ~= '0 ' then
+  tracked = tonumber(string.match(raw, '^(%d+)'))
+end
+
 -- The recent rule (docs/architecture.md): rec is the fleet's excursion,
 -- the window's recent field "<failures> <slow> <calls> <since> <number>":
 -- the calls counted since failures or slow calls began to outrun the
@@ -334,7 +346,6 @@ local generation = int(s.generation)
 -- those the fleet's pace says it made since it began: the window's calls
 -- before the current bucket, per (BUCKETS - 1) bucket widths, as this
 -- Record found them.
-local REC_ON = FAILURE_PERMILLE > 0 or SLOW_PERMILLE > 0
 local rec = {f = 0, s = 0, c = 0, since = 0, num = 0}
 if recent_raw then
   local f, sl, n, since, num = string.match(recent_raw, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
@@ -343,13 +354,20 @@ if recent_raw then
   end
   rec.f, rec.s, rec.c, rec.since, rec.num = tonumber(f), tonumber(sl), tonumber(n), tonumber(since), tonumber(num)
 end
+-- REC_ON: the Record counts in the excursion, which it does when a ratio
+-- is on and the Record has a failure or slow call, or an excursion holds
+-- calls. Only then are the helpers below made: a closure costs every
+-- Record that makes it, and a healthy scope's Records need none.
+local REC_ON = (FAILURE_PERMILLE > 0 or SLOW_PERMILLE > 0) and (bad or rec.c > 0)
 local rec_changed = false
+local rec_over, rec_spent, rec_bad, rec_successes
+if REC_ON then
 local PACE_CALLS, PACE_PER = other_calls, 0
 if BUCKETS > 1 then
   PACE_PER = WIDTH * (BUCKETS - 1)
 end
 -- rec_over is the excursion's calls: those counted, or the pace's if more.
-local function rec_over()
+rec_over = function()
   if rec.c == 0 then
     return 0
   end
@@ -362,7 +380,7 @@ end
 rec.over = rec_over
 -- rec_spent: the excursion holds calls and no enabled ratio's excess any
 -- more, or began a window ago: the next call starts afresh.
-local function rec_spent()
+rec_spent = function()
   if rec.c == 0 then
     return false
   end
@@ -375,7 +393,7 @@ local function rec_spent()
 end
 -- rec_bad counts a failure or slow call, which starts an excursion if
 -- none holds calls, after ending a spent one.
-local function rec_bad(failed, slowed)
+rec_bad = function(failed, slowed)
   if rec_spent() then
     rec.f, rec.s, rec.c, rec.num = 0, 0, 0, rec.num + 1
   end
@@ -394,7 +412,7 @@ end
 -- rec_successes counts n successes, as many as the excursion holds before
 -- it is spent (then it ends, and the rest count in none), and returns how
 -- many counted and in which excursion.
-local function rec_successes(n)
+rec_successes = function(n)
   local num = rec.num
   if rec.c == 0 or n <= 0 then
     return 0, num
@@ -418,18 +436,8 @@ local function rec_successes(n)
   rec.f, rec.s, rec.c, rec.num = 0, 0, 0, rec.num + 1
   return k - 1, num
 end
+end
 
--- The first run this Record counts, whether one is of its generation
--- (the replica is heard), and whether one is a failure or slow.
-local first, current, bad = OUTCOMES, false, false
-for i = OUTCOMES, #ARGV, 3 do
-  if ARGV[i] == generation then
-    current, bad = true, bad or (ARGV[i + 1] ~= '0' and ARGV[i + 1] ~= '4')
-  end
-end
-if raw and string.sub(raw, 1, 2) ~= '0 ' then
-  tracked = tonumber(string.match(raw, '^(%d+)'))
-end
 -- J is R when the policy judges the replicas: a Record under the plain
 -- rules (Outliers 0) attributes nothing and finds no outlier, but keeps
 -- the replicas when it starts the window afresh.
@@ -441,8 +449,7 @@ if (OUTLIERS > 0 and (own_raw or tracked > 0 or bad)) or (adopt and raw) then
     KEY_WINDOW = KEY_WINDOW, REPLICA = REPLICA, OUTLIERS = OUTLIERS, TRACKED_REPLICAS = TRACKED_REPLICAS,
     MIN_CALLS = MIN_CALLS, FAILURE_PERMILLE = FAILURE_PERMILLE, SLOW_PERMILLE = SLOW_PERMILLE,
     CONSECUTIVE_FAILURES = CONSECUTIVE_FAILURES, OPEN_FOR = OPEN_FOR, MAX_OPEN_FOR = MAX_OPEN_FOR,
-    tracked = tracked, reporters = reporters, relaid = relaid, parse = parse, rec = rec, over = rec_over,
-    MARKEDLY = MARKEDLY})
+    tracked = tracked, reporters = reporters, relaid = relaid, parse = parse, rec = rec, MARKEDLY = MARKEDLY})
   if own_raw then
     R.own(own_raw, own_width, own_buckets)
   end
@@ -659,7 +666,7 @@ for i = first, #ARGV, 3 do
         if J then
           J.attribute(false, false, k - applied, epoch)
         end
-        if REC_ON then
+        if REC_ON and (OUTLIERS == 0 or (J and J.joined())) then
           local m, num = rec_successes(k - applied)
           if J then
             J.share(false, false, m, num)
@@ -677,7 +684,7 @@ for i = first, #ARGV, 3 do
       if J and n > applied then
         J.attribute(false, false, n - applied, epoch)
       end
-      if REC_ON then
+      if REC_ON and (OUTLIERS == 0 or (J and J.joined())) then
         local m, num = rec_successes(n - applied)
         if J then
           J.share(false, false, m, num)

@@ -396,6 +396,13 @@ local function replicas_module()
       R.x_changed = true
     end
 
+    -- joined: the replica has failed (or been slow) in the fleet's recent
+    -- excursion, so that its successes count in it; the successes it held
+    -- from before count in none, and the fleet's pace stands for them.
+    function R.joined()
+      return R.x and R.x.rnum == c.rec.num and R.x.rn > 0
+    end
+
     -- recent is what e added to the fleet's current recent excursion:
     -- calls, failures, slow calls.
     local function recent(e)
@@ -424,6 +431,30 @@ local function replicas_module()
       end,
     }
 
+    -- worst is the n replicas but the one of ID except that contribute most
+    -- by measure (ties: the lowest ID), outliers and replicas that
+    -- contribute nothing aside.
+    local function worst(n, measure, except)
+      local cands = {}
+      for id, e in pairs(load()) do
+        if id ~= except and e.till == 0 and measure(e) > 0 then
+          cands[#cands + 1] = e
+        end
+      end
+      table.sort(cands, function(a, b)
+        local ma, mb = measure(a), measure(b)
+        if ma ~= mb then
+          return ma > mb
+        end
+        return codec.before(a.id, b.id)
+      end)
+      local out = {}
+      for k = 1, math.min(n, #cands) do
+        out[k] = cands[k]
+      end
+      return out
+    end
+
     -- left_out is the replicas a rule is judged without: the Outliers that
     -- contribute most to it (ties: the lowest ID), unless those are all
     -- the replicas heard within the window. Outliers are no candidates:
@@ -436,26 +467,13 @@ local function replicas_module()
         end
         return 0
       end
-      local n = c.OUTLIERS
-      local cands = {}
-      for _, e in pairs(load()) do
-        if e.till == 0 and measure(e) > 0 then
-          cands[#cands + 1] = e
-        end
-      end
-      if #cands == 0 then
+      local out = worst(c.OUTLIERS, measure, false)
+      if #out == 0 then
         return {}
       end
-      table.sort(cands, function(a, b)
-        local ma, mb = measure(a), measure(b)
-        if ma ~= mb then
-          return ma > mb
-        end
-        return codec.before(a.id, b.id)
-      end)
-      local out, ids = {}, {}
-      for k = 1, math.min(n, #cands) do
-        out[k], ids[cands[k].id] = cands[k], true
+      local ids = {}
+      for _, e in ipairs(out) do
+        ids[e.id] = true
       end
       for _, rp in ipairs(c.reporters) do
         if math.floor(rp.at / c.WIDTH) >= FROM and not ids[rp.id] then
@@ -542,20 +560,37 @@ local function replicas_module()
     -- more than the rest of the fleet: c.MARKEDLY times their share or
     -- more, over the recent excursion when the rest made MinCalls calls
     -- in it (the same stretch of time for both), else over the window,
-    -- whose counts are all, failed and slowed.
+    -- whose counts are all, failed and sl_all. The rest leaves out the
+    -- Outliers - 1 other replicas that contribute most, as a trip would.
     local function worse(slowed, all, failed, sl_all)
-      local x = R.x
-      local calls, mine, mine_slow = recent(x)
-      local rest, rest_calls = c.rec.f - mine, c.over() - calls
-      if slowed then
-        mine, rest = mine_slow, c.rec.s - mine_slow
-      end
-      if calls == 0 or rest_calls < c.MIN_CALLS then
-        local xc, xf, xs = codec.counts(x, FROM)
-        calls, mine, rest, rest_calls = xc, xf, failed - xf, all - xc
-        if slowed then
-          mine, rest = xs, sl_all - xs
+      local function shares(of, n_all, n_bad)
+        local calls, mine = of(R.x)
+        local rest_calls, rest = n_all - calls, n_bad - mine
+        for _, e in ipairs(worst(c.OUTLIERS - 1, function(e) return select(2, of(e)) end, c.REPLICA)) do
+          local ec, eb = of(e)
+          rest_calls, rest = rest_calls - ec, rest - eb
         end
+        return mine, calls, rest, rest_calls
+      end
+      local function in_recent(e)
+        local rn, rf, rs = recent(e)
+        if slowed then
+          return rn, rs
+        end
+        return rn, rf
+      end
+      local function in_window(e)
+        local ec, ef, es = codec.counts(e, FROM)
+        if slowed then
+          return ec, es
+        end
+        return ec, ef
+      end
+      -- rec.over is made only when the Record counts in the excursion.
+      local over = (c.rec.over and c.rec.over()) or 0
+      local mine, calls, rest, rest_calls = shares(in_recent, over, slowed and c.rec.s or c.rec.f)
+      if calls == 0 or rest_calls < c.MIN_CALLS then
+        mine, calls, rest, rest_calls = shares(in_window, all, slowed and sl_all or failed)
       end
       return mine * rest_calls >= c.MARKEDLY * rest * calls
     end
