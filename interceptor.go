@@ -278,8 +278,12 @@ type call struct {
 	// probe, outlier.go).
 	urgent bool
 	// untimed: the policy admitted under counts no slow calls, so the
-	// call's duration is not read (a clock read saved on every call).
-	untimed bool
+	// call's duration is not read (a clock read saved on every call);
+	// slowAfter, when it does, is its SlowCallDuration: a slow call's
+	// outcome goes at once, as a failure's does, so that a brownout of
+	// latency is judged as soon as one of errors.
+	untimed   bool
+	slowAfter time.Duration
 	// row is the scope's row of the table when the call was admitted
 	// (nil: none), whose run of failures a success ends (verdict.go).
 	row *known
@@ -470,7 +474,7 @@ func (b *Breaker) result(ctx context.Context, c *call, d *decision) error {
 	case coordinator.Probe:
 		c.fate, c.claim = probing, d.claim
 	default:
-		c.fate, c.untimed = recorded, d.policy.SlowCallDuration == 0
+		c.fate, c.untimed, c.slowAfter = recorded, d.policy.SlowCallDuration == 0, d.policy.SlowCallDuration
 	}
 	c.start, c.row = d.start, d.row
 	return nil
@@ -517,7 +521,7 @@ func (b *Breaker) finish(ctx context.Context, c *call, err error) Class {
 	it.outcome.Generation, it.outcome.Failure, it.outcome.Duration = c.gen, class == Failure, d
 	it.at = c.start.Add(d)
 	it.caller = trace.SpanContextFromContext(ctx)
-	it.urgent = c.urgent
+	it.urgent = c.urgent || (c.slowAfter > 0 && d >= c.slowAfter)
 	if class == Failure {
 		// A failure seen here may be the start of a trip: until the
 		// coordinator answers again, this scope's admissions ask it, so

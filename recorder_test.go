@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
@@ -86,6 +87,34 @@ func TestSuccessesWaitFailuresDoNot(t *testing.T) {
 	if got := tc.recorded.Load(); got != 7 {
 		t.Errorf("Close flushed to %d outcomes, want 7", got)
 	}
+}
+
+// TestSlowCallsGoAtOnce: under a policy with the slow-call rule, a slow
+// call's outcome goes at once, as a failure's does, while quick successes
+// wait: a brownout of latency is judged as soon as one of errors.
+func TestSlowCallsGoAtOnce(t *testing.T) {
+	_, tc := memoryWith(t, coordinatortest.NewClock())
+	p := quietPolicy()
+	p.SlowCallDuration, p.SlowCallRatio = 20*time.Millisecond, 0.5
+	b := newBreaker(t, tc, WithPolicy(p), WithRecordInterval(time.Hour))
+	call := b.UnaryClientInterceptor()
+	var delay time.Duration
+	invoke := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+		time.Sleep(delay)
+		return nil
+	}
+	call(context.Background(), "/svc/Method", nil, nil, nil, invoke)
+	eventually(t, "the first outcome, which introduces the replica", func() bool { return tc.recorded.Load() == 1 })
+	for range 4 {
+		call(context.Background(), "/svc/Method", nil, nil, nil, invoke)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if got := tc.records.Load(); got != 1 {
+		t.Fatalf("%d Records of quick successes before the interval, want the introduction alone", got)
+	}
+	delay = p.SlowCallDuration
+	call(context.Background(), "/svc/Method", nil, nil, nil, invoke)
+	eventually(t, "the slow call to be sent, with the successes before it", func() bool { return tc.recorded.Load() == 6 })
 }
 
 // TestBusyScopeSendsFullBatches: with successes waiting up to the record
