@@ -99,6 +99,11 @@ func TestTripRestartSmoke(t *testing.T) {
 	if row.BadStarts != 4 {
 		t.Errorf("cbgrpc: %d starts; want 4", row.BadStarts)
 	}
+	// Each new ID is an outlier of its own, and the ones it replaced spend
+	// nothing of the fleet's budget: the fleet never trips.
+	if row.HealthyRejected != 0 || len(row.Trips) != 0 {
+		t.Errorf("cbgrpc: %d healthy calls rejected, trips %q; want none", row.HealthyRejected, row.Trips)
+	}
 	for _, b := range row.Peers {
 		if b.BadStarts != 4 || b.HealthyRejected != 0 {
 			t.Errorf("%s: %d starts, %d healthy calls rejected; want 4 and none", b.Breaker, b.BadStarts, b.HealthyRejected)
