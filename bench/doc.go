@@ -35,4 +35,11 @@
 // Run every scenario, or some groups, with
 //
 //	go run ./cmd/cbtripsim -only brownout,zone
+//
+// cbrulesim measures the trip rules' statistics over hours of simulated
+// time, the in-process coordinator on a fake clock: how often a steady
+// share of failures below FailureRatio trips the breaker, and how soon a
+// brownout does.
+//
+//	go run ./cmd/cbrulesim -hours 40
 package bench

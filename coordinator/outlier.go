@@ -5,10 +5,13 @@ import "time"
 // Outlier is a replica of the service that a coordinator found failing
 // alone in one scope: its own outcomes trip the rules of the [Policy]
 // while the fleet's, judged without the Policy.Outliers replicas that
-// contribute most to them, do not. A broken sidecar, a canary with a wrong
-// deadline, a pod whose network is gone: such a replica sees nothing but
-// failures, fast, and would otherwise open the breaker for every healthy
-// replica of a healthy dependency.
+// contribute most to them, do not, and it fails markedly more than the
+// rest of the fleet over the same stretch of time (a fleet failing alike
+// has none). A broken sidecar, a canary with a wrong deadline, a pod whose
+// network is gone: such a replica sees nothing but failures, fast, and
+// would otherwise open the breaker for every healthy replica of a healthy
+// dependency. There are never more than Policy.Outliers at once: a new one
+// ends the spell that began first.
 //
 // The coordinator takes an outlier's outcomes out of the fleet's window
 // and tells the replica, in the answer to its Record (Result.Outlier),

@@ -12,8 +12,8 @@ import (
 type Policy struct {
 	Window              time.Duration // length of the sliding window of outcomes
 	Buckets             int           // the window is kept as this many time buckets of Window/Buckets each (rounded down to the millisecond)
-	MinCalls            int           // no rate rule trips with fewer calls than this in the window
-	FailureRatio        float64       // trip when failures/calls >= this (0 disables)
+	MinCalls            int           // no rate rule trips with fewer calls than this in the window; the recent rule trips this many calls above the ratio
+	FailureRatio        float64       // trip when failures/calls >= this (0 disables), over the window or, sooner, recently
 	ConsecutiveFailures int           // trip after this many failures in a row (0 disables)
 	SlowCallDuration    time.Duration // a call at least this slow counts as slow (0 disables, with SlowCallRatio)
 	SlowCallRatio       float64       // trip when slow/calls >= this (0 disables, with SlowCallDuration)
@@ -47,12 +47,13 @@ type Policy struct {
 	Throttle float64
 	// Outliers is how many replicas a fleet trip leaves out: a rule
 	// opens the breaker for the fleet only if it still holds without the
-	// Outliers replicas that contribute most to it (those found outliers
-	// among them), unless those are all the replicas that recorded within
-	// the window, so that one replica alone is its own fleet. A replica
-	// whose own outcomes trip the rules while the fleet's do not is an
-	// [Outlier]: it alone rejects its calls for an open period. 0 keeps
-	// the plain rules, on every outcome alike; at most [MaxOutliers].
+	// Outliers replicas that contribute most to it, unless those are all
+	// the replicas that recorded within the window, so that one replica
+	// alone is its own fleet. A replica whose own outcomes trip the rules
+	// while the fleet's do not, and that fails markedly more than the rest
+	// of the fleet, is an [Outlier]: it alone rejects its calls for an
+	// open period; never more than Outliers at once. 0 keeps the plain
+	// rules, on every outcome alike; at most [MaxOutliers].
 	Outliers int
 }
 
@@ -63,14 +64,19 @@ type Policy struct {
 //     half a minute. Recording costs O(Buckets) whatever the traffic.
 //   - MinCalls 20 and FailureRatio 0.5: resilience4j's 50% threshold, with a
 //     smaller minimum (its default is 100) because the window is shared by
-//     the whole fleet, which reaches 20 calls quickly.
+//     the whole fleet, which reaches 20 calls quickly. The same two decide
+//     the recent rule, which judges a brownout by the fleet's latest
+//     outcomes rather than the window's: it trips once recent failures are
+//     20 calls above half of the recent calls, so the fleet's traffic, not
+//     the window, sets how soon, while a share below half ends every
+//     excursion it starts (docs/architecture.md, "The recent rule").
 //   - ConsecutiveFailures 20: a dependency that goes down after a healthy
 //     spell trips within a run of failures, where the ratio would wait for
 //     them to outweigh a window of successes. The run is the fleet's: a
 //     success from any replica ends it, and it must hold without the
 //     replica that contributes most (Outliers). Noise makes no run of 20.
-//   - Outliers 1: one replica failing alone opens the breaker for itself,
-//     never for the fleet.
+//   - Outliers 1: one replica failing alone, markedly more than the rest,
+//     opens the breaker for itself, never for the fleet.
 //   - Slow-call rule off: what counts as slow depends on the method.
 //   - OpenFor 5s, doubling on each failed recovery up to MaxOpenFor 60s:
 //     quick recovery from a blip (gobreaker and resilience4j wait 60s, which
