@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -118,26 +119,33 @@ func startTelemetry(out *printer, addr string) (*telemetry, error) {
 // same on all of the breaker's, so left out of the printout.
 var scopeLabels = regexp.MustCompile(`,?otel_scope_(name|schema_url|version)="[^"]*"`)
 
-// printScrape scrapes /metrics as Prometheus does and prints the breaker's
-// series, and how many series otelgrpc's client metrics make.
+// recovery is the series of the transition that ends the scenario: the
+// Breaker counts transitions as its notifier delivers them, after the
+// span that the scenario waits for has ended.
+var recovery = regexp.MustCompile(`cbgrpc_transitions_total\{[^}]*cbgrpc_state_from="half-open"[^}]*cbgrpc_state_to="closed"`)
+
+// printScrape scrapes /metrics as Prometheus does, until the recovery has
+// been counted (2 s at most), and prints the breaker's series, and how
+// many series otelgrpc's client metrics make.
 func (t *telemetry) printScrape(ctx context.Context, out *printer) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
-	if err != nil {
-		return err
-	}
-	// No idle connection outlives the scrape.
-	req.Close = true
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("scrape %s: %w", t.url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("scrape %s: %s", t.url, resp.Status)
+	var body []byte
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		var err error
+		if body, err = t.scrape(ctx); err != nil {
+			return err
+		}
+		if recovery.Match(body) || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	out.printf("\nThe breaker's series at %s:\n", t.url)
 	rpc := 0
-	for sc := bufio.NewScanner(resp.Body); sc.Scan(); {
+	for sc := bufio.NewScanner(bytes.NewReader(body)); sc.Scan(); {
 		line := sc.Text()
 		switch {
 		// The histograms' buckets would fill the screen.
@@ -150,6 +158,25 @@ func (t *telemetry) printScrape(ctx context.Context, out *printer) error {
 	}
 	out.printf("and %d series of otelgrpc's rpc_client_* metrics (buckets left out).\n", rpc)
 	return nil
+}
+
+// scrape reads /metrics once.
+func (t *telemetry) scrape(ctx context.Context) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
+	if err != nil {
+		return nil, err
+	}
+	// No idle connection outlives the scrape.
+	req.Close = true
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", t.url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: %s", t.url, resp.Status)
+	}
+	return io.ReadAll(resp.Body)
 }
 
 // shutdown stops serving /metrics and shuts the providers down.
