@@ -28,6 +28,10 @@ type TripConfig struct {
 	// Spell is how long the dependency is healthy (Noise only); Down how
 	// long it then fails. Down 0: it stays healthy.
 	Spell, Down time.Duration
+	// Recover, when set, is how long the dependency is healthy again
+	// (Noise only) after Down; Relapse, when set, how long it then fails
+	// again as it did while down.
+	Recover, Relapse time.Duration
 	// Share is the share of calls that fail while down, the noise's
 	// among them (a brownout); 0 fails every call. RampUp, when set, is
 	// how long the share takes to rise from 0 to Share once down.
@@ -72,17 +76,12 @@ type TripRow struct {
 	Peers    []TripBreakerRow `json:",omitempty"`
 }
 
-// TripBreakerRow is what one kind of breaker did across the fleet. Times
-// count from when the dependency went down.
+// TripBreakerRow is what one kind of breaker did across the fleet.
 type TripBreakerRow struct {
 	Breaker string
-	// Of the replicas that fail not alone: the first and the last one's
-	// first rejected call after the dependency went down (-1: never), and
-	// the failing (or slow) calls the dependency served from then until
-	// each replica's first rejection, or the run's end for a replica that
-	// never rejected, summed.
-	FirstStopped, LastStopped time.Duration
-	Absorbed                  int64
+	// The onset: how the replicas that fail not alone stopped once the
+	// dependency went down.
+	TripStop
 	// HealthyRejected is the calls of those replicas rejected while the
 	// dependency was healthy: a trip of the noise, or of the bad replicas.
 	HealthyRejected int64
@@ -96,6 +95,20 @@ type TripBreakerRow struct {
 	BadFailures []int64
 	BadRejected int64
 	BadStarts   int64
+	// Recovery is what the breaker did once the dependency recovered,
+	// with Recover.
+	Recovery TripRecovery `json:",omitzero"`
+}
+
+// TripStop is how the replicas that fail not alone stopped calling a
+// dependency that went down: the first and the last one's first rejected
+// call from when it went down (-1: never), and the failing (or slow)
+// calls the dependency served from then until each replica's first
+// rejection, or the outage's end for a replica that never rejected,
+// summed.
+type TripStop struct {
+	FirstStopped, LastStopped time.Duration
+	Absorbed                  int64
 }
 
 const tripScope = "/cbtripsim.Dependency/Call"
@@ -135,6 +148,14 @@ func (cfg TripConfig) validate() error {
 		return bad("DownReplicas", "must be from 0 (all) to the replicas that are not bad", cfg.DownReplicas)
 	case cfg.BadRestart < 0:
 		return bad("BadRestart", "must be 0 (never) or positive", cfg.BadRestart)
+	case cfg.Recover < 0:
+		return bad("Recover", "must be 0 (no recovery) or positive", cfg.Recover)
+	case cfg.Recover > 0 && cfg.Down == 0:
+		return bad("Recover", "must be 0 when Down is: nothing went down to recover from", cfg.Recover)
+	case cfg.Relapse < 0:
+		return bad("Relapse", "must be 0 (no relapse) or positive", cfg.Relapse)
+	case cfg.Relapse > 0 && cfg.Recover == 0:
+		return bad("Relapse", "must be 0 unless Recover is set: a relapse follows a recovery", cfg.Relapse)
 	}
 	return nil
 }
@@ -181,7 +202,7 @@ func RunTrip(ctx context.Context, target Target, cfg TripConfig) (TripRow, error
 			loops[k] = append(loops[k], newTripLoop(kind, i, i < cfg.Bad, dep, cfg.BadRestart))
 		}
 	}
-	runCtx, stop := context.WithTimeout(ctx, cfg.Spell+cfg.Down)
+	runCtx, stop := context.WithTimeout(ctx, cfg.Spell+cfg.Down+cfg.Recover+cfg.Relapse)
 	defer stop()
 	var (
 		wg    sync.WaitGroup
@@ -214,51 +235,12 @@ func RunTrip(ctx context.Context, target Target, cfg TripConfig) (TripRow, error
 	if err := errors.Join(errs...); err != nil {
 		return TripRow{}, err
 	}
-	row := TripRow{Config: cfg, TripBreakerRow: summarize(kinds[0].name, loops[0], cfg.Down > 0)}
+	row := TripRow{Config: cfg, TripBreakerRow: summarize(kinds[0].name, loops[0], cfg)}
 	for k := 1; k < len(kinds); k++ {
-		row.Peers = append(row.Peers, summarize(kinds[k].name, loops[k], cfg.Down > 0))
+		row.Peers = append(row.Peers, summarize(kinds[k].name, loops[k], cfg))
 	}
 	mu.Lock()
 	row.Trips, row.Outliers = slices.Clone(trips), slices.Clone(singles)
 	mu.Unlock()
 	return row, nil
-}
-
-// summarize makes the row of one kind of breaker from its loops, once
-// they have returned.
-func summarize(name string, loops []*tripLoop, wentDown bool) TripBreakerRow {
-	row := TripBreakerRow{Breaker: name, FirstStopped: -1, LastStopped: -1}
-	everyone := true
-	for _, l := range loops {
-		if l.bad {
-			n := int64(-1)
-			if l.seen {
-				n = l.failures
-			}
-			row.BadFailures = append(row.BadFailures, n)
-			row.BadRejected += l.rejected
-			row.BadStarts += l.starts
-			continue
-		}
-		row.HealthyRejected += l.healthyRejected
-		row.SparedRejected += l.sparedRejected
-		row.HealthyCalls += l.calls
-		if !wentDown {
-			continue
-		}
-		if l.stopped < 0 {
-			everyone = false
-			row.Absorbed += l.failedSince
-			continue
-		}
-		row.Absorbed += l.absorbed
-		if row.FirstStopped < 0 || l.stopped < row.FirstStopped {
-			row.FirstStopped = l.stopped
-		}
-		row.LastStopped = max(row.LastStopped, l.stopped)
-	}
-	if !everyone {
-		row.LastStopped = -1
-	}
-	return row
 }

@@ -13,18 +13,18 @@ import (
 // it. Every breaker of a replica meets the same process, each call drawn
 // on its own.
 type tripDependency struct {
-	noise             float64
-	share             float64 // of the calls failing once down and ramped up
-	rampUp            time.Duration
-	slowShare         float64
-	slowBy            time.Duration
-	downFor           time.Duration
-	downReplicas, bad int
+	noise                     float64
+	share                     float64 // of the calls failing once down and ramped up
+	rampUp                    time.Duration
+	slowShare                 float64
+	slowBy                    time.Duration
+	downFor, recover, relapse time.Duration
+	downReplicas, bad         int
 }
 
 func newTripDependency(cfg TripConfig) tripDependency {
 	d := tripDependency{noise: cfg.Noise, share: cfg.Share, rampUp: cfg.RampUp, slowShare: cfg.SlowShare, slowBy: cfg.SlowBy,
-		downFor: cfg.Down, downReplicas: cfg.DownReplicas, bad: cfg.Bad}
+		downFor: cfg.Down, recover: cfg.Recover, relapse: cfg.Relapse, downReplicas: cfg.DownReplicas, bad: cfg.Bad}
 	if d.share == 0 {
 		d.share = 1
 	}
@@ -34,6 +34,31 @@ func newTripDependency(cfg TripConfig) tripDependency {
 	return d
 }
 
+// tripPhase is the part of a run a call falls in.
+type tripPhase int
+
+const (
+	phaseHealthy   tripPhase = iota // the spell, or a run that never goes down
+	phaseDown                       // the outage
+	phaseRecovered                  // after the outage, with Recover
+	phaseRelapsed                   // after the recovery, with Relapse
+)
+
+// phase says which part of the run a call made at since, counted from
+// when the dependency went down, falls in, and how long into that part.
+// A call made after the run's end counts in its last part.
+func (d tripDependency) phase(since time.Duration) (tripPhase, time.Duration) {
+	switch {
+	case since < 0 || d.downFor == 0:
+		return phaseHealthy, since
+	case since < d.downFor || d.recover == 0:
+		return phaseDown, since
+	case since < d.downFor+d.recover || d.relapse == 0:
+		return phaseRecovered, since - d.downFor
+	}
+	return phaseRelapsed, since - d.downFor - d.recover
+}
+
 // answer is what the dependency does with one call.
 type answer struct {
 	fail bool
@@ -41,12 +66,14 @@ type answer struct {
 }
 
 // answer draws the answer to a call of replica i made at since, counted
-// from when the dependency went down (negative: before).
+// from when the dependency went down (negative: before). A relapse is the
+// outage again, ramp included.
 func (d tripDependency) answer(i int, since time.Duration) answer {
+	phase, into := d.phase(since)
 	switch {
 	case i < d.bad:
 		return answer{fail: true}
-	case since < 0 || d.downFor == 0 || d.spared(i):
+	case phase == phaseHealthy || phase == phaseRecovered || d.spared(i):
 		return answer{fail: rand.Float64() < d.noise}
 	case d.slowShare > 0:
 		a := answer{fail: rand.Float64() < d.noise}
@@ -56,8 +83,8 @@ func (d tripDependency) answer(i int, since time.Duration) answer {
 		return a
 	}
 	share := d.share
-	if since < d.rampUp {
-		share *= float64(since) / float64(d.rampUp)
+	if into < d.rampUp {
+		share *= float64(into) / float64(d.rampUp)
 	}
 	// The noise goes on under a brownout that fails fewer calls than it.
 	return answer{fail: rand.Float64() < max(share, d.noise)}

@@ -10,7 +10,8 @@ import (
 // checks each share: a brownout fails its share, the noise's included; a
 // ramp rises linearly; a zone spares the replicas outside it; a latency
 // brownout slows its share and fails only the noise; a bad replica fails
-// always.
+// always; a recovered dependency fails the noise only, and a relapse is the
+// outage again.
 func TestTripDependencySmoke(t *testing.T) {
 	base := TripConfig{Replicas: 4, Rate: 50, Noise: 0.05, Spell: time.Second, Down: 10 * time.Second}
 	with := func(edit func(*TripConfig)) TripConfig {
@@ -18,6 +19,9 @@ func TestTripDependencySmoke(t *testing.T) {
 		edit(&c)
 		return c
 	}
+	relapse := with(func(c *TripConfig) { c.Recover, c.Relapse = 2*time.Second, 4*time.Second })
+	rampedRelapse := relapse
+	rampedRelapse.Share, rampedRelapse.RampUp = 0.8, 4*time.Second
 	for _, c := range []struct {
 		name           string
 		cfg            TripConfig
@@ -35,6 +39,9 @@ func TestTripDependencySmoke(t *testing.T) {
 		{"outside a zone", with(func(c *TripConfig) { c.Bad, c.DownReplicas = 1, 2 }), 3, time.Second, 0.05, 0},
 		{"latency brownout", with(func(c *TripConfig) { c.SlowShare, c.SlowBy = 0.6, time.Second }), 0, time.Second, 0.05, 0.6},
 		{"bad replica", with(func(c *TripConfig) { c.Bad = 1 }), 0, -time.Second, 1, 0},
+		{"recovered", with(func(c *TripConfig) { c.Recover = 2 * time.Second }), 0, 11 * time.Second, 0.05, 0},
+		{"relapsed", relapse, 0, 13 * time.Second, 1, 0},
+		{"halfway up a relapse's ramp", rampedRelapse, 0, 14 * time.Second, 0.4, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if err := c.cfg.validate(); err != nil {

@@ -24,17 +24,30 @@ type tripLoop struct {
 	calls, rejected int64
 	healthyRejected int64
 	sparedRejected  int64
-	// failedSince counts the failing or slow calls served since the
-	// dependency went down; stopped is the first rejection since then, absorbed the
-	// count at that moment.
-	failedSince int64
-	stopped     time.Duration
-	absorbed    int64
+	// The outage, and the relapse.
+	outages [2]tripOutage
+	// downServed holds when each call served during the outage was made:
+	// which came after the fleet stopped is known once the run is over.
+	downServed []time.Duration
+	// After the recovery: its first call served (-1: none yet), its calls
+	// and those rejected.
+	served                            time.Duration
+	recoveredCalls, recoveredRejected int64
 	// For a bad replica: its failing calls before each start's first
 	// rejection, summed; seen, whether any start rejected; starts.
 	failures int64
 	seen     bool
 	starts   int64
+}
+
+// tripOutage is how one replica stopped in one outage. failedSince counts
+// the failing or slow calls served since it began; stopped is the first
+// rejection since then (-1: none yet), from when it began, and absorbed
+// the count at that moment.
+type tripOutage struct {
+	failedSince int64
+	stopped     time.Duration
+	absorbed    int64
 }
 
 // tripStart is one start of a replica's breaker; a replica that restarts
@@ -52,7 +65,11 @@ func newTripLoop(kind tripBreaker, i int, bad bool, dep tripDependency, restart 
 	if !bad {
 		restart = 0
 	}
-	return &tripLoop{kind: kind, i: i, bad: bad, dep: dep, restart: restart, stopped: -1}
+	l := &tripLoop{kind: kind, i: i, bad: bad, dep: dep, restart: restart, served: -1}
+	for k := range l.outages {
+		l.outages[k].stopped = -1
+	}
+	return l
 }
 
 func (l *tripLoop) begin() (*tripStart, error) {
@@ -140,30 +157,61 @@ func (l *tripLoop) call(ctx context.Context, s *tripStart, since time.Duration) 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls++
+	if rejected {
+		l.rejected++
+	}
+	if l.bad {
+		l.countBad(s, a, rejected)
+		return rejected
+	}
+	switch phase, into := l.dep.phase(since); phase {
+	case phaseHealthy:
+		if rejected {
+			l.healthyRejected++
+		}
+	case phaseDown, phaseRelapsed:
+		o := &l.outages[0]
+		if phase == phaseRelapsed {
+			o = &l.outages[1]
+		}
+		switch {
+		case !rejected:
+			if a.fail || a.slow > 0 {
+				o.failedSince++
+			}
+			if phase == phaseDown && !l.dep.spared(l.i) {
+				l.downServed = append(l.downServed, since)
+			}
+		case o.stopped < 0:
+			o.stopped, o.absorbed = into, o.failedSince
+		}
+		if rejected && l.dep.spared(l.i) {
+			l.sparedRejected++
+		}
+	case phaseRecovered:
+		l.recoveredCalls++
+		switch {
+		case rejected:
+			l.recoveredRejected++
+		case l.served < 0 || into < l.served:
+			// Calls run each in a goroutine: the first made may be
+			// counted after a later one.
+			l.served = into
+		}
+	}
+	return rejected
+}
+
+// countBad counts a call of a bad replica: its start's failures until the
+// start's first rejection.
+func (l *tripLoop) countBad(s *tripStart, a answer, rejected bool) {
 	switch {
 	case !rejected:
 		if a.fail {
 			s.failed++
 		}
-		if (a.fail || a.slow > 0) && since >= 0 && !l.bad {
-			l.failedSince++
-		}
-		return false
-	case l.bad:
-		if !s.rejected {
-			s.rejected, l.seen = true, true
-			l.failures += s.failed
-		}
-	case since < 0:
-		l.healthyRejected++
-	default:
-		if l.dep.spared(l.i) {
-			l.sparedRejected++
-		}
-		if l.stopped < 0 {
-			l.stopped, l.absorbed = since, l.failedSince
-		}
+	case !s.rejected:
+		s.rejected, l.seen = true, true
+		l.failures += s.failed
 	}
-	l.rejected++
-	return true
 }
