@@ -5,13 +5,17 @@
 // for some replicas only (a zone), and that noise alone never trips it;
 // that a replica failing alone (its own sidecar broken) opens the breaker
 // for itself only, whatever its rate and however often it restarts with a
-// new replica ID; and that small or slow fleets whose every replica fails
-// still trip. Replicas are real Breakers (bench.RunTrip); beside each run
-// local breakers of gobreaker and failsafe-go at their defaults, on the
-// same dependency, for comparison.
+// new replica ID; that small or slow fleets whose every replica fails
+// still trip; and, once the dependency recovers, how soon every replica
+// serves again, how many calls the fleet sent the dead dependency after it
+// stopped, and how it stops again if the dependency relapses. Replicas are
+// real Breakers (bench.RunTrip); beside each run local breakers of
+// gobreaker and failsafe-go at their defaults, on the same dependency, for
+// comparison.
 //
 //	go run ./cmd/cbtripsim                 # every scenario at the default policy
 //	go run ./cmd/cbtripsim -only brownout,zone -md trip.md
+//	go run ./cmd/cbtripsim -only recovery -md recovery.md
 package main
 
 import (
@@ -27,7 +31,7 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "", "scenario groups to run, separated by commas (onset, noise, alone, small, brownout, zone, restart, lowrate); empty: all")
+	only := flag.String("only", "", "scenario groups to run, separated by commas (onset, noise, alone, small, brownout, zone, restart, lowrate, recovery); empty: all")
 	mdPath := flag.String("md", "", "also write the table as markdown here")
 	jsonPath := flag.String("json", "", "write the rows as JSON here")
 	flag.Parse()

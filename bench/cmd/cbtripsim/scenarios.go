@@ -87,6 +87,20 @@ func scenarios() []scenario {
 	}
 	out = append(out, scenario{"lowrate", "8 x 1/s, 5% noise for a window, then 60% failing for 30s",
 		bench.TripConfig{Replicas: 8, Rate: 1, Noise: 0.05, Spell: window, Down: 30 * time.Second, Share: 0.6, Stagger: time.Second}})
+	// Recovery after a window of noise, as the onset's; each replica's
+	// calls spread over one period of its rate. 64 replicas call at 10/s,
+	// not 50/s: at 50/s three breakers of 64 replicas saturate a two-core
+	// machine, and cbgrpc's calls to Redis time out.
+	recovery := func(replicas int, rate float64, down, recover, relapse time.Duration) bench.TripConfig {
+		return bench.TripConfig{Replicas: replicas, Rate: rate, Noise: 0.05, Spell: window, Down: down, Recover: recover, Relapse: relapse,
+			Stagger: time.Duration(float64(time.Second) / rate)}
+	}
+	out = append(out,
+		scenario{"recovery", "8 x 50/s, 5% noise for a window, down for 20s, then recovered for 10s", recovery(8, 50, 20*time.Second, 10*time.Second, 0)},
+		scenario{"recovery", "8 x 50/s, 5% noise for a window, down for 60s, then recovered for 10s", recovery(8, 50, time.Minute, 10*time.Second, 0)},
+		scenario{"recovery", "64 x 10/s, 5% noise for a window, down for 20s, then recovered for 10s", recovery(64, 10, 20*time.Second, 10*time.Second, 0)},
+		scenario{"recovery", "8 x 50/s, 5% noise for a window, down for 20s, recovered for 1s, then down again for 10s", recovery(8, 50, 20*time.Second, time.Second, 10*time.Second)},
+	)
 	// The peers count no slow calls.
 	for i := range out {
 		out[i].cfg.Peers = out[i].cfg.SlowShare == 0

@@ -26,6 +26,12 @@ func (r row) line() string {
 	for _, p := range r.Peers {
 		s += "; " + p.Breaker + ": " + brief(p)
 	}
+	if r.Config.Recover > 0 {
+		s += "; after the recovery, " + r.Breaker + ": " + briefRecovery(r.Config, r.TripBreakerRow.Recovery)
+		for _, p := range r.Peers {
+			s += "; " + p.Breaker + ": " + briefRecovery(r.Config, p.Recovery)
+		}
+	}
 	return s
 }
 
@@ -34,8 +40,33 @@ func brief(b bench.TripBreakerRow) string {
 		ms(b.FirstStopped), ms(b.LastStopped), b.Absorbed, b.HealthyRejected, b.HealthyCalls, b.BadFailures, b.BadRejected)
 }
 
-// table writes a row per run and breaker: cbgrpc's, then its peers'.
+func briefRecovery(cfg bench.TripConfig, r bench.TripRecovery) string {
+	s := fmt.Sprintf("serving again %s..%s, %d calls into the dead dependency (%.2f/s), %d of %d rejected",
+		ms(r.FirstServed), ms(r.LastServed), r.Probes, r.ProbesPerSecond, r.Rejected, r.Calls)
+	if cfg.Relapse > 0 {
+		s += fmt.Sprintf(", relapse stopped %s..%s, absorbed %d", ms(r.Relapse.FirstStopped), ms(r.Relapse.LastStopped), r.Relapse.Absorbed)
+	}
+	return s
+}
+
+// table writes a row per run and breaker, cbgrpc's, then its peers';
+// and, for the runs with a recovery, a second table of what came after
+// the outage.
 func table(w io.Writer, rows []row) {
+	onsetTable(w, rows)
+	var recovered []row
+	for _, r := range rows {
+		if r.Config.Recover > 0 {
+			recovered = append(recovered, r)
+		}
+	}
+	if len(recovered) > 0 {
+		fmt.Fprintln(w)
+		recoveryTable(w, recovered)
+	}
+}
+
+func onsetTable(w io.Writer, rows []row) {
 	fmt.Fprintln(w, "| run | breaker | first / last replica stopped after down | failing calls absorbed | healthy calls rejected | bad replica's failures before it rejected | fleet trips | outlier verdicts |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---|---:|")
 	for _, r := range rows {
@@ -60,7 +91,7 @@ func cells(cfg bench.TripConfig, b bench.TripBreakerRow) string {
 	if cfg.Down > 0 {
 		stopped, absorbed = ms(b.FirstStopped)+" / "+ms(b.LastStopped), fmt.Sprint(b.Absorbed)
 		if b.LastStopped < 0 {
-			// Counted until the run's end for the replicas that never stopped.
+			// Counted until the outage's end for the replicas that never stopped.
 			absorbed = "≥ " + absorbed
 		}
 	}
@@ -76,4 +107,33 @@ func cells(cfg bench.TripConfig, b bench.TripBreakerRow) string {
 		healthy += fmt.Sprintf(", and %d outside the zone while down", b.SparedRejected)
 	}
 	return fmt.Sprintf("%s | %s | %s | %s | %s", b.Breaker, stopped, absorbed, healthy, bad)
+}
+
+func recoveryTable(w io.Writer, rows []row) {
+	fmt.Fprintln(w, "| run | breaker | first / last replica serving again after the recovery | calls into the dead dependency after the fleet stopped | healthy calls rejected after the recovery | first / last replica stopped after the relapse | failing calls absorbed in the relapse |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %s | %s |\n", r.Name, recoveryCells(r.Config, r.TripBreakerRow))
+		for _, p := range r.Peers {
+			fmt.Fprintf(w, "| | %s |\n", recoveryCells(r.Config, p))
+		}
+	}
+}
+
+// recoveryCells are the columns of the recovery table one kind of breaker
+// fills, from its name on.
+func recoveryCells(cfg bench.TripConfig, b bench.TripBreakerRow) string {
+	r := b.Recovery
+	probes := "n/a: never stopped"
+	if r.Probes >= 0 {
+		probes = fmt.Sprintf("%d (%.2f/s)", r.Probes, r.ProbesPerSecond)
+	}
+	stopped, absorbed := "–", "–"
+	if cfg.Relapse > 0 {
+		stopped, absorbed = ms(r.Relapse.FirstStopped)+" / "+ms(r.Relapse.LastStopped), fmt.Sprint(r.Relapse.Absorbed)
+		if r.Relapse.LastStopped < 0 {
+			absorbed = "≥ " + absorbed
+		}
+	}
+	return fmt.Sprintf("%s | %s / %s | %s | %d of %d | %s | %s", b.Breaker, ms(r.FirstServed), ms(r.LastServed), probes, r.Rejected, r.Calls, stopped, absorbed)
 }
