@@ -241,6 +241,8 @@ func TestRedisSmallFleetsTrip(t *testing.T) {
 			dep := &dependency{}
 			addr := serveTest(t, dep)
 			p := coordinator.DefaultPolicy()
+			// No probe within the run: the last trip is the first one.
+			p.OpenFor = 5 * time.Second
 			scope := fmt.Sprintf("breadth/small-%d", n)
 			opts := []Option{WithPolicy(p), WithScope(func(context.Context, string, string) string { return scope })}
 			members, periods := fleetOf(t, srv, addr, "replica", n, 10*time.Millisecond, opts...)

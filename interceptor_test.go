@@ -163,7 +163,7 @@ func TestRetryAfterIsTheOpenPeriodOfTheAnswer(t *testing.T) {
 	_, tc := memoryWith(t, clk)
 	p := tripPolicy()
 	p.OpenFor = 2 * time.Second
-	p.MaxOpenFor = 8 * time.Second
+	p.MaxOpenFor, p.BackoffAfter = 8*time.Second, 0
 	b := newBreaker(t, tc, WithPolicy(p), WithCoordinatorBackoff(time.Millisecond))
 	ctx := context.Background()
 	const scope = "fencing/retry-after"

@@ -174,7 +174,7 @@ func TestRejectedCallNeverReachesServer(t *testing.T) {
 	if !errors.As(err, &oe) || oe.Scope != scope || oe.RetryAfter <= 0 || oe.RetryAfter > p.OpenFor {
 		t.Errorf("rejection = %#v, want scope %q and 0 < RetryAfter <= %v", oe, scope, p.OpenFor)
 	}
-	if msg := err.Error(); !strings.Contains(msg, scope) || !strings.Contains(msg, "retry after 5s") {
+	if msg := err.Error(); !strings.Contains(msg, scope) || !strings.Contains(msg, "retry after "+p.OpenFor.String()) {
 		t.Errorf("message %q does not name the scope and the wait", msg)
 	}
 	if got := svc.calls.Load(); got != reached {

@@ -44,6 +44,7 @@ var policyFields = []policyField{
 	{"Probes", func(p *Policy) any { return &p.Probes }},
 	{"ProbeLease", func(p *Policy) any { return &p.ProbeLease }},
 	{"ProbeSuccesses", func(p *Policy) any { return &p.ProbeSuccesses }},
+	{"BackoffAfter", func(p *Policy) any { return &p.BackoffAfter }},
 	{"RampFor", func(p *Policy) any { return &p.RampFor }},
 	{"Throttle", func(p *Policy) any { return &p.Throttle }},
 	{"Outliers", func(p *Policy) any { return &p.Outliers }},

@@ -18,10 +18,18 @@ type Policy struct {
 	SlowCallDuration    time.Duration // a call at least this slow counts as slow (0 disables, with SlowCallRatio)
 	SlowCallRatio       float64       // trip when slow/calls >= this (0 disables, with SlowCallDuration)
 	OpenFor             time.Duration // how long the breaker stays open before probes may start
-	MaxOpenFor          time.Duration // 0, or > OpenFor: the open period doubles on each reopening, capped here
+	MaxOpenFor          time.Duration // 0, or > OpenFor: after BackoffAfter, the open period doubles on each reopening, capped here
 	Probes              int           // probe slots in half-open, fleet-wide
 	ProbeLease          time.Duration // a claimed probe slot is released if not settled within this
 	ProbeSuccesses      int           // probe successes needed to close; may exceed Probes, since a settled slot is reused
+	// BackoffAfter is how long the breaker may keep failing its probes
+	// before the open period starts to double: until then every reopening
+	// keeps OpenFor, so that a fleet sharing one probe budget notices a
+	// recovery within about OpenFor while it sends a dependency that stays
+	// down at most Probes calls per OpenFor, however many replicas it has.
+	// Counted from the trip that left closed. 0 doubles at once; without
+	// MaxOpenFor nothing doubles.
+	BackoffAfter time.Duration
 	// RampFor, when set, is how long after the breaker recovers (closes
 	// after being open, half-open or isolated) the fleet ramps its
 	// traffic back up: coordinators report the time left of the ramp
@@ -78,13 +86,14 @@ type Policy struct {
 //   - Outliers 1: one replica failing alone, markedly more than the rest,
 //     opens the breaker for itself, never for the fleet.
 //   - Slow-call rule off: what counts as slow depends on the method.
-//   - OpenFor 5s, doubling on each failed recovery up to MaxOpenFor 60s:
-//     quick recovery from a blip (gobreaker and resilience4j wait 60s, which
-//     is long for a fleet that probes with only a few calls), backing off
-//     for a dependency that keeps failing.
-//   - Probes 3, ProbeSuccesses 3: a few calls fleet-wide test recovery (the
-//     whole fleet shares them, unlike resilience4j's 10 per process), and
-//     three successes in a row are unlikely by luck alone.
+//   - OpenFor 1s and Probes 1: the fleet shares one probe budget, so it can
+//     afford to look for a recovery every second, a call a second into a
+//     dependency that stays down whatever the number of replicas
+//     (gobreaker and resilience4j wait 60s, to keep N replicas from probing
+//     N times over). After BackoffAfter 2m of failed probes the open period
+//     doubles on each failed probe, up to MaxOpenFor 60s.
+//   - ProbeSuccesses 3: a recovery takes three probes, one after another,
+//     and three successes in a row are unlikely by luck alone.
 //   - ProbeLease 10s: longer than a typical unary deadline, so a live probe
 //     keeps its slot, short enough that a crashed prober's slot returns soon.
 func DefaultPolicy() Policy {
@@ -94,9 +103,10 @@ func DefaultPolicy() Policy {
 		MinCalls:            20,
 		FailureRatio:        0.5,
 		ConsecutiveFailures: 20,
-		OpenFor:             5 * time.Second,
+		OpenFor:             time.Second,
 		MaxOpenFor:          60 * time.Second,
-		Probes:              3,
+		BackoffAfter:        2 * time.Minute,
+		Probes:              1,
 		ProbeLease:          10 * time.Second,
 		ProbeSuccesses:      3,
 		Outliers:            1,
@@ -180,6 +190,9 @@ func (p Policy) Validate() error {
 	}
 	if p.MaxOpenFor < 0 || (p.MaxOpenFor > 0 && p.MaxOpenFor <= p.OpenFor) {
 		return invalid("MaxOpenFor", "must be 0 (no back-off) or greater than OpenFor (%v), got %v", p.OpenFor, p.MaxOpenFor)
+	}
+	if p.BackoffAfter < 0 {
+		return invalid("BackoffAfter", "must be 0 (double at once) or positive, got %v", p.BackoffAfter)
 	}
 	if p.Probes < 1 {
 		return invalid("Probes", "must be at least 1, got %d", p.Probes)

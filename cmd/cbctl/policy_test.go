@@ -220,7 +220,7 @@ func TestCLIPolicyInForce(t *testing.T) {
 		"                " + over.Encode() + "\n",
 		"policies seen:  2 in the last window: replicas differ, or the policy changed in it\n",
 		"                " + code.Fingerprint() + " (code), last recorded ",
-		": FailureRatio=0.5 OpenFor=5s\n",
+		": FailureRatio=0.5 OpenFor=" + code.OpenFor.String() + "\n",
 	} {
 		if !strings.Contains(r.stdout, line) {
 			t.Errorf("policy show printed\n%s\nwant a line with %q", r.stdout, line)

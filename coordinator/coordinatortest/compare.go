@@ -167,6 +167,7 @@ func comparePolicy(rng *rand.Rand) coordinator.Policy {
 	}
 	if rng.IntN(2) == 0 {
 		p.MaxOpenFor = 400 * time.Millisecond
+		p.BackoffAfter = []time.Duration{0, 150 * time.Millisecond, 500 * time.Millisecond}[rng.IntN(3)]
 	}
 	if rng.IntN(2) == 0 {
 		p.RampFor = 500 * time.Millisecond

@@ -3,6 +3,7 @@ package coordinatortest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -191,6 +192,13 @@ func (d *driver) record(s *cmpScope) {
 // Record of the scope if there is none.
 func (d *driver) probeOutlier(s *cmpScope) {
 	id := d.dueOutlier(s)
+	if id == "" && len(s.outliers) > 0 {
+		// Wait for the first period to end.
+		first := slices.MinFunc(slices.Collect(maps.Values(s.outliers)), time.Time.Compare)
+		d.clock.Set(first)
+		d.note("wait until +%v for an outlier's probe", first.Sub(Start))
+		id = d.dueOutlier(s)
+	}
 	if id == "" {
 		d.record(s)
 		return

@@ -104,6 +104,36 @@ func testOpenPeriodDoublesUpToMaxOpenFor(t *testing.T, f Factory) {
 	wantPeriod("first trip after closing", 100*time.Millisecond)
 }
 
+// testOpenPeriodKeepsOpenForUntilBackoffAfter: with BackoffAfter, every
+// reopening keeps OpenFor until the breaker has been failing that long
+// since its trip, then the period doubles up to MaxOpenFor; a recovery
+// starts the count afresh.
+func testOpenPeriodKeepsOpenForUntilBackoffAfter(t *testing.T, f Factory) {
+	p := doublingPolicy()
+	p.BackoffAfter = 250 * time.Millisecond
+	h := newHarness(t, f, p)
+	gen := h.trip()
+	for i, want := range []time.Duration{100, 100, 200, 350, 350} {
+		h.waitOpenPeriod()
+		claim := fmt.Sprintf("probe-%d", i)
+		h.wantDecision("probe", h.admit(claim), probe, halfOpen, gen)
+		res := h.settle(claim, fail(gen))
+		h.wantResult("failed probe", res, open, h.next(gen), 0)
+		gen = res.Generation
+		if s := h.snapshot(); s.OpenUntil.Sub(s.OpenedAt) != want*time.Millisecond {
+			t.Errorf("after failed probe %d, %v after the trip: open for %v; want %v", i+1, s.OpenedAt.Sub(Start), s.OpenUntil.Sub(s.OpenedAt), want*time.Millisecond)
+		}
+	}
+	h.waitOpenPeriod()
+	gen = h.recover()
+	h.trip()
+	h.waitOpenPeriod()
+	h.admit("after")
+	if res := h.settle("after", fail(h.snapshot().Generation)); res.RetryAfter != p.OpenFor {
+		t.Errorf("a failed probe right after a new trip: open for %v; want OpenFor again", res.RetryAfter)
+	}
+}
+
 // testResultRetryAfterIsTimeLeftOpen: Record and Settle tell how long the
 // open period has left, which after a reopening is not OpenFor, and
 // nothing once it has ended (the breaker reads half-open).

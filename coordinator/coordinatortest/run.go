@@ -45,6 +45,7 @@ var rules = []struct {
 	{"LookingNeverUsesUpAProbe", testLookingNeverUsesUpAProbe},
 	{"OpenRecordIsStale", testOpenRecordIsStale},
 	{"OpenPeriodDoublesUpToMaxOpenFor", testOpenPeriodDoublesUpToMaxOpenFor},
+	{"OpenPeriodKeepsOpenForUntilBackoffAfter", testOpenPeriodKeepsOpenForUntilBackoffAfter},
 	{"ResultRetryAfterIsTimeLeftOpen", testResultRetryAfterIsTimeLeftOpen},
 	{"TransitionOpenUntilIsEndOfOpenPeriod", testTransitionOpenUntilIsEndOfOpenPeriod},
 	// halfopen.go

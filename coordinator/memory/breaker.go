@@ -17,6 +17,7 @@ type rules struct {
 	buckets            int64
 	failPm, slowPm     int
 	openFor, maxOpen   int64
+	backoffAfter       int64
 	lease              int64
 	probes, successes  int
 	consecutive, calls int
@@ -25,19 +26,20 @@ type rules struct {
 
 func newRules(p coordinator.Policy) *rules {
 	return &rules{
-		p:           p,
-		width:       p.BucketWidth().Milliseconds(),
-		buckets:     int64(p.Buckets),
-		failPm:      implement.Permille(p.FailureRatio),
-		slowPm:      implement.Permille(p.SlowCallRatio),
-		openFor:     p.OpenFor.Milliseconds(),
-		maxOpen:     p.MaxOpenFor.Milliseconds(),
-		lease:       p.ProbeLease.Milliseconds(),
-		rampFor:     p.RampFor.Milliseconds(),
-		probes:      p.Probes,
-		successes:   p.ProbeSuccesses,
-		consecutive: p.ConsecutiveFailures,
-		calls:       p.MinCalls,
+		p:            p,
+		width:        p.BucketWidth().Milliseconds(),
+		buckets:      int64(p.Buckets),
+		failPm:       implement.Permille(p.FailureRatio),
+		slowPm:       implement.Permille(p.SlowCallRatio),
+		openFor:      p.OpenFor.Milliseconds(),
+		maxOpen:      p.MaxOpenFor.Milliseconds(),
+		backoffAfter: p.BackoffAfter.Milliseconds(),
+		lease:        p.ProbeLease.Milliseconds(),
+		rampFor:      p.RampFor.Milliseconds(),
+		probes:       p.Probes,
+		successes:    p.ProbeSuccesses,
+		consecutive:  p.ConsecutiveFailures,
+		calls:        p.MinCalls,
 	}
 }
 
@@ -55,6 +57,9 @@ type breaker struct {
 
 	openedAt, openUntil int64
 	openFor             int64 // the current open period; doubles on reopening
+	// failingSince is when the breaker last left closed, kept while it
+	// reopens (Policy.BackoffAfter); 0 while closed.
+	failingSince int64
 	// pushable is, while open by the rules, the generation it opened
 	// from: a pushback answered to a call of it may still set the open
 	// period (push). 0 otherwise.
@@ -496,6 +501,9 @@ func (b *breaker) restart(state coordinator.State, now int64) {
 
 // open moves the breaker to open for period ms.
 func (b *breaker) open(period, now int64) {
+	if b.state == coordinator.StateClosed {
+		b.failingSince = now
+	}
 	b.restart(coordinator.StateOpen, now)
 	b.openedAt = now
 	b.openFor = period
@@ -517,8 +525,19 @@ func (b *breaker) tripped(now int64, reason string, calls, failures, slow int) {
 		Calls: calls, Failures: failures, Slow: slow}
 }
 
+// reopenFor is the open period after a failed probe, the last period
+// being last and the failing having begun at since: OpenFor until
+// BackoffAfter has passed, then twice the last, up to MaxOpenFor.
+func (r *rules) reopenFor(last, since, now int64) int64 {
+	if r.maxOpen == 0 || now-since < r.backoffAfter {
+		return r.openFor
+	}
+	return min(max(last, r.openFor)*2, r.maxOpen)
+}
+
 func (b *breaker) close(r *rules, now int64) {
 	recovered := b.state != coordinator.StateDisabled
+	b.failingSince = 0
 	b.restart(coordinator.StateClosed, now)
 	if recovered {
 		b.recoveredAt = now
@@ -540,11 +559,7 @@ func (b *breaker) settle(r *rules, now int64, claim string, o coordinator.Outcom
 	delete(b.leases, claim)
 	// A slow probe says the dependency has not recovered.
 	if o.Failure || r.p.IsSlow(o.Duration) {
-		period := r.openFor
-		if r.maxOpen > 0 {
-			period = min(max(b.openFor, r.openFor)*2, r.maxOpen)
-		}
-		b.openByRules(period, now)
+		b.openByRules(r.reopenFor(b.openFor, b.failingSince, now), now)
 		b.tripped(now, "probe failed", 0, 0, 0)
 		return b.result(r, now, 0, b.transition(coordinator.StateHalfOpen, now, "probe failed"))
 	}

@@ -452,13 +452,11 @@ func (b *breaker) makeRoom(t *tracked, r *rules, now int64) {
 	}
 }
 
-// reisolate starts another period of the outlier t, whose probe failed:
-// twice the last, up to MaxOpenFor.
+// reisolate starts another period of the outlier t, whose probe failed,
+// as the fleet's breaker reopens (rules.reopenFor), its spell having
+// begun at since.
 func (b *breaker) reisolate(t *tracked, r *rules, now int64) *coordinator.Transition {
-	period := r.openFor
-	if r.maxOpen > 0 {
-		period = min(max(t.period, r.openFor)*2, r.maxOpen)
-	}
+	period := r.reopenFor(t.period, t.since, now)
 	t.period, t.until, t.reason = period, now+period, "probe failed"
 	return b.replicaTransition(t, coordinator.StateHalfOpen, coordinator.StateOpen, now, t.reason)
 }

@@ -12,7 +12,8 @@
 --   ms (0 = no back-off), 22 how many replicas to track
 --   (implement.TrackedReplicas), 23 how many times the rest of the
 --   fleet's share of failures a replica's must be to make it an outlier
---   (implement.Markedly), 24 how many generations follow with
+--   (implement.Markedly), 24 back off after ms (Policy.BackoffAfter),
+--   25 how many generations follow with
 --   calls a dry run would have rejected (Outcome.WouldReject), then two
 --   values for each: the generation (decimal) and how many; then three
 --   values per run of equal outcomes, in order: their generation
@@ -50,8 +51,9 @@ local OUTLIERS = tonumber(ARGV[20])
 local MAX_OPEN_FOR = tonumber(ARGV[21])
 local TRACKED_REPLICAS = tonumber(ARGV[22])
 local MARKEDLY = tonumber(ARGV[23])
-local WOULD = 25 -- the first would-be rejections' ARGV
-local OUTCOMES = WOULD + 2 * tonumber(ARGV[24]) -- the first run's ARGV
+local BACKOFF_AFTER = tonumber(ARGV[24])
+local WOULD = 26 -- the first would-be rejections' ARGV
+local OUTCOMES = WOULD + 2 * tonumber(ARGV[25]) -- the first run's ARGV
 
 local REPLICA_FIELD = REPLICA_PREFIX .. REPLICA
 local IDX_S, WIDTH_S = int(IDX), int(WIDTH)
@@ -449,6 +451,7 @@ if (OUTLIERS > 0 and (own_raw or tracked > 0 or bad)) or (adopt and raw) then
     KEY_WINDOW = KEY_WINDOW, REPLICA = REPLICA, OUTLIERS = OUTLIERS, TRACKED_REPLICAS = TRACKED_REPLICAS,
     MIN_CALLS = MIN_CALLS, FAILURE_PERMILLE = FAILURE_PERMILLE, SLOW_PERMILLE = SLOW_PERMILLE,
     CONSECUTIVE_FAILURES = CONSECUTIVE_FAILURES, OPEN_FOR = OPEN_FOR, MAX_OPEN_FOR = MAX_OPEN_FOR,
+    BACKOFF_AFTER = BACKOFF_AFTER, reopen_for = reopen_for,
     tracked = tracked, reporters = reporters, relaid = relaid, parse = parse, rec = rec, MARKEDLY = MARKEDLY})
   if own_raw then
     R.own(own_raw, own_width, own_buckets)

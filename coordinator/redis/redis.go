@@ -267,7 +267,8 @@ func (c *Coordinator) Record(ctx context.Context, q coordinator.RecordRequest) (
 	args = append(args, p.MinCalls, implement.Permille(p.FailureRatio), implement.Permille(p.SlowCallRatio),
 		p.ConsecutiveFailures, p.OpenFor.Milliseconds(), q.BatchID, implement.RecentBatches,
 		fingerprint, int(q.Source), encoding, implement.RecentPolicies,
-		replicaArg(q.Replica), p.Outliers, p.MaxOpenFor.Milliseconds(), implement.TrackedReplicas, implement.Markedly)
+		replicaArg(q.Replica), p.Outliers, p.MaxOpenFor.Milliseconds(), implement.TrackedReplicas, implement.Markedly,
+		p.BackoffAfter.Milliseconds())
 	// Calls a dry run would have rejected are no calls: counted apart, by
 	// generation, before the runs.
 	would, calls := wouldReject(outcomes)
@@ -343,7 +344,7 @@ func (c *Coordinator) Settle(ctx context.Context, q coordinator.SettleRequest) (
 	}
 	return c.result(ctx, c.client, settleScript, "settle", scope, p, implement.Seen(q.Seen, o),
 		claim, strconv.FormatUint(o.Generation, 10), failed,
-		p.OpenFor.Milliseconds(), p.MaxOpenFor.Milliseconds(), p.ProbeSuccesses)
+		p.OpenFor.Milliseconds(), p.MaxOpenFor.Milliseconds(), p.ProbeSuccesses, p.BackoffAfter.Milliseconds())
 }
 
 // result runs a script that writes on rdb, for a caller that has seen

@@ -698,16 +698,14 @@ local function replicas_module()
       return calls, failures, slow, other_calls, other_failures, other_slow, run
     end
 
-    -- probe settles the outlier's probe: failed, another period twice the
-    -- last up to MaxOpenFor; else the end of its spell, a replica like any
-    -- other again, tracked afresh.
+    -- probe settles the outlier's probe: failed, another period, as the
+    -- fleet's breaker reopens (reopen_for in write.lua, from the spell's
+    -- start); else the end of its spell, a replica like any other again,
+    -- tracked afresh.
     function R.probe(failed)
       local x = R.x
       if failed then
-        local period = c.OPEN_FOR
-        if c.MAX_OPEN_FOR > 0 then
-          period = math.min(math.max(x.period, c.OPEN_FOR) * 2, c.MAX_OPEN_FOR)
-        end
+        local period = c.reopen_for(c.OPEN_FOR, c.MAX_OPEN_FOR, c.BACKOFF_AFTER, x.period, x.since)
         x.period, x.till, x.reason = period, c.NOW + period, 'probe failed'
         R.own_tr = {from = 'half-open', to = 'open', open_until = x.till, reason = x.reason}
         return

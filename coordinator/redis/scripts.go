@@ -74,6 +74,7 @@ var stateFields = []stateField{
 	{name: "expires_at", integer: true},
 	{name: "gc_until", integer: true, zero: "0"},
 	{name: "recovered_at", integer: true, zero: "0"},
+	{name: "failing_since", integer: true, zero: "0"},
 }
 
 // batchFields are the fields Record alone reads with the state (see

@@ -3,7 +3,8 @@
 -- KEYS: state, window, probes, transitions, policy (see lib.lua)
 -- ARGV: 1-7 see lib.lua; 8 claim, 9 the probe's generation (decimal),
 --   10 1 if the probe failed (an error or too slow) else 0, 11 open for ms,
---   12 max open for ms (0 = no back-off), 13 probe successes needed
+--   12 max open for ms (0 = no back-off), 13 probe successes needed,
+--   14 back off after ms (Policy.BackoffAfter)
 -- Reply: see reply in lib.lua, then stale: the number of stale
 --   settlements.
 local CLAIM = ARGV[8]
@@ -12,6 +13,7 @@ local FAILED = ARGV[10] == '1'
 local OPEN_FOR = tonumber(ARGV[11])
 local MAX_OPEN_FOR = tonumber(ARGV[12])
 local PROBE_SUCCESSES = tonumber(ARGV[13])
+local BACKOFF_AFTER = tonumber(ARGV[14])
 
 local s = begin(stored())
 -- Physical state: an open breaker whose period ended has no leases yet,
@@ -26,11 +28,7 @@ end
 redis.call('HDEL', KEY_PROBES, CLAIM)
 
 if FAILED then
-  local period = OPEN_FOR
-  if MAX_OPEN_FOR > 0 then
-    period = math.min(math.max(s.open_for, OPEN_FOR) * 2, MAX_OPEN_FOR)
-  end
-  open(s, period, s.generation)
+  open(s, reopen_for(OPEN_FOR, MAX_OPEN_FOR, BACKOFF_AFTER, s.open_for, s.failing_since), s.generation)
   tripped(s, 'probe failed', 0, 0, 0)
   return reply(s, transition(s, HALF_OPEN, 'probe failed'), nil, 'stale', 0)
 end

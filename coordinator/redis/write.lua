@@ -81,6 +81,11 @@ end
 -- the generation the rules opened it from (a trip, a failed probe): a
 -- pushback answered to a call of it may still set the period (push.lua).
 local function open(s, period, by_rules_from)
+  -- failing_since: when the breaker last left closed, kept while it
+  -- reopens (Policy.BackoffAfter).
+  if s.state == CLOSED then
+    s.failing_since = NOW
+  end
   restart(s, OPEN, {opened_at = NOW, open_for = period, open_until = NOW + period})
   if by_rules_from then
     redis.call('HSET', KEY_STATE, 'pushable_generation', int(by_rules_from))
@@ -106,8 +111,19 @@ local function close(s)
   if s.state ~= DISABLED then
     recovered = NOW
   end
-  restart(s, CLOSED, {expires_at = keep(), recovered_at = recovered})
+  restart(s, CLOSED, {expires_at = keep(), recovered_at = recovered, failing_since = 0})
   forget_note()
+end
+
+-- reopen_for is the open period after a failed probe, the last period
+-- being last and the failing having begun at since: open_for until
+-- backoff_after ms have passed, then twice the last, up to max_open_for
+-- (0: no back-off).
+local function reopen_for(open_for, max_open_for, backoff_after, last, since)
+  if max_open_for == 0 or NOW - since < backoff_after then
+    return open_for
+  end
+  return math.min(math.max(last, open_for) * 2, max_open_for)
 end
 
 -- birth gives the scope its first generation above prev, the highest
