@@ -196,3 +196,21 @@ func TestWithReplicaIDRefusesBadIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDefaultReplicaIDIsUniquePerProcess: two processes of one host and
+// PID (containers with host networking and PID namespaces of their own)
+// get different default IDs, while the Breakers of one process share it.
+func TestDefaultReplicaIDIsUniquePerProcess(t *testing.T) {
+	a, b := replicaIDOf("node", 1), replicaIDOf("node", 1)
+	if a == b || !strings.HasPrefix(a, "node:1:") || !strings.HasPrefix(b, "node:1:") {
+		t.Errorf("two processes of host node, pid 1: %q and %q; want node:1: and a part of their own", a, b)
+	}
+	if err := checkReplicaID(a); err != nil {
+		t.Errorf("the default %q: %v", a, err)
+	}
+	_, tc := memoryWith(t, coordinatortest.NewClock())
+	one, two := newBreaker(t, tc), newBreaker(t, tc)
+	if one.cfg.replica != two.cfg.replica || one.cfg.replica != defaultReplicaID() {
+		t.Errorf("two Breakers of one process: %q and %q; want the process's default, %q", one.cfg.replica, two.cfg.replica, defaultReplicaID())
+	}
+}
