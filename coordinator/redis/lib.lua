@@ -148,10 +148,12 @@ local function reply(s, tr, retry, ...)
     r[#r + 1], r[#r + 2] = 'policy_version', version
   end
   -- The cause of the state (cause.lua), where a rejection or a ramp links
-  -- to it: never on a calm scope's answer.
+  -- to it: never on a calm scope's answer, and never more than a
+  -- traceparent's 55 bytes, whatever the hash was given (the Go side
+  -- checks the rest, coordinator.CheckCause).
   if (state ~= CLOSED and state ~= DISABLED) or ramp ~= 0 then
     local cause = redis.call('HGET', KEY_STATE, 'cause')
-    if cause then
+    if cause and #cause == 55 then
       r[#r + 1], r[#r + 2] = 'cause', cause
     end
   end

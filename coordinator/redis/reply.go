@@ -37,7 +37,9 @@ func readAnswer(reply []any, scope string) (answer, error) {
 	if p.has("policy_version") {
 		a.policyVersion = p.uint("policy_version")
 	}
-	if p.has("cause") {
+	// A cause is a traceparent or nothing: the state hash holds what any
+	// client with write access gave it.
+	if p.has("cause") && coordinator.CheckCause(p.str("cause")) == nil {
 		a.cause = p.str("cause")
 	}
 	if p.has("moved_from") {
