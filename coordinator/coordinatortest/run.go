@@ -82,6 +82,7 @@ var rules = []struct {
 	{"SeenAtOrBelowStoredChangesNothing", testSeenAtOrBelowStoredChangesNothing},
 	{"SeenOnRecordGivesBirth", testSeenOnRecordGivesBirth},
 	{"SeenOnPushGivesBirth", testSeenOnPushGivesBirth},
+	{"SeenFromTheFutureCountsForNothing", testSeenFromTheFutureCountsForNothing},
 	// lasttrip.go
 	{"SnapshotKeepsTheLastTrip", testSnapshotKeepsTheLastTrip},
 	// counts.go

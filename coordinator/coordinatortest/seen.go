@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/coordinator/implement"
 )
 
 // Rule 4 (docs/architecture.md), lost state (the Seen field of every request): a write from a caller that
@@ -168,4 +169,34 @@ func testSeenOnPushGivesBirth(t *testing.T, f Factory) {
 	}
 	h.wantResult("a push from a caller that saw a later generation", res, closed, h.next(seen), 1)
 	h.wantNoTransition("a stale push", res.Transition)
+}
+
+// testSeenFromTheFutureCountsForNothing: a generation a caller claims to
+// have seen further ahead of the coordinator's clock than
+// implement.SeenAhead was never handed out (a forged message, junk): it
+// gives no birth, as a Seen or as an outcome's generation, even just
+// below the top of the range a double holds, and the generations minted
+// after it still follow NextGeneration.
+func testSeenFromTheFutureCountsForNothing(t *testing.T, f Factory) {
+	p := basePolicy()
+	p.ConsecutiveFailures = 1
+	h := newHarness(t, f, p)
+	gen := h.closedGen()
+	far := implement.NextGeneration(0, h.now().Add(implement.SeenAhead+time.Second))
+	for _, seen := range []uint64{far, implement.MaxGeneration - 1} {
+		h.wantDecision("admitted by a caller that saw a generation from the future", h.admitSeen(seen, "future"), allow, closed, gen)
+		res := h.record(coordinator.Outcome{Generation: seen, Failure: true})
+		h.wantResult("an outcome of a generation from the future", res, closed, gen, 1)
+	}
+	for range 4 {
+		h.advance(time.Millisecond)
+		gen = h.wantTrip("a failure", gen, "consecutive failures 1 >= 1", fail(gen))
+		h.waitOpenPeriod()
+		h.admit("probe-1")
+		h.settle("probe-1", ok(gen))
+		h.admit("probe-2")
+		res := h.settle("probe-2", ok(gen))
+		h.wantResult("the second probe", res, closed, h.next(gen), 0)
+		gen = res.Generation
+	}
 }

@@ -30,5 +30,25 @@ func NextGeneration(prev uint64, now time.Time) uint64 {
 
 // MaxGeneration bounds the generations coordinators hand out: integers a
 // double holds exactly (Redis's Lua computes with doubles). NextGeneration
-// stays below it until the year 2255.
+// stays below it until the year 2255, on a clock that is right; a
+// coordinator refuses to mint past it rather than hand one out twice.
 const MaxGeneration = 1<<53 - 1
+
+// SeenAhead is how far ahead of a coordinator's clock a generation a
+// caller has seen may lie (the Seen of a request, an outcome's
+// generation): a generation is minted from a coordinator's clock, so one
+// further ahead was never handed out (a forged message, junk), and
+// believing it would move the scope's generations up to where
+// NextGeneration cannot go on. A day covers a failover to a server whose
+// clock runs behind.
+const SeenAhead = 24 * time.Hour
+
+// Credible is seen, what a caller has seen of a scope (see [Seen]), if a
+// coordinator whose clock reads now could have handed it out; else 0, as
+// if the caller had seen nothing.
+func Credible(seen uint64, now time.Time) uint64 {
+	if seen > NextGeneration(0, now.Add(SeenAhead)) {
+		return 0
+	}
+	return seen
+}

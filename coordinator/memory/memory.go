@@ -74,6 +74,7 @@ func (c *Coordinator) op(ctx context.Context, name, scope string, p coordinator.
 		return fmt.Errorf("memory coordinator: %s %q: %w", name, scope, err)
 	}
 	return c.locked(ctx, name, scope, p, func(r *rules, now int64) {
+		seen := implement.Credible(seen, time.UnixMilli(now))
 		b := c.scopes[scope]
 		if b == nil || b.expired(now) || b.gen < seen {
 			b = born(scope, b, seen, r, now)

@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"strconv"
 	"strings"
@@ -208,5 +209,33 @@ func TestIdleClosedScopeExpiresAndIsBornAgain(t *testing.T) {
 	}
 	if res.Generation <= old || res.Generation < uint64(before.UnixMilli())*1000 || res.Stale != 3 {
 		t.Fatalf("Record of old outcomes after every key expired = %+v; want all stale, born above %d at now × 1000 (now %d ms)", res, old, before.UnixMilli())
+	}
+}
+
+// TestGenerationAtTheTopIsRefusedNotStuck: a state hash whose generation
+// is the top of the range a double holds (planted, or from a clock far
+// ahead) cannot mint the next one: the operation that would fails with
+// ErrCorruptState naming the field, where the generation used to stick.
+func TestGenerationAtTheTopIsRefusedNotStuck(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	c := cbredis.New(rdb)
+	ctx := context.Background()
+	p := coordinator.DefaultPolicy()
+	p.ConsecutiveFailures, p.Outliers = 1, 0
+	if _, err := c.Admit(ctx, coordinator.AdmitRequest{Scope: "top", Policy: p, Claim: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	top := uint64(implement.MaxGeneration)
+	state := stateKey(t, rdb, cbredis.DefaultPrefix)
+	window := strings.TrimSuffix(state, ":state") + ":window"
+	if err := rdb.HSet(ctx, state, "generation", strconv.FormatUint(top, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, window, "generation", strconv.FormatUint(top, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Record(ctx, coordinator.RecordRequest{Scope: "top", Policy: p, Outcomes: []coordinator.Outcome{{Generation: top, Failure: true}}})
+	if !errors.Is(err, coordinator.ErrCorruptState) || !strings.Contains(err.Error(), "generation") {
+		t.Errorf("a trip from generation %d: %v; want ErrCorruptState naming the generation", top, err)
 	}
 }

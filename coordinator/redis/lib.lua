@@ -38,6 +38,12 @@ if not NOW then
   NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local IDX = math.floor(NOW / WIDTH) -- the current bucket
+-- implement.Credible: a generation seen further ahead of the clock than
+-- implement.SeenAhead (a day) was never handed out, and counts for nothing.
+local SEEN_AHEAD = 86400000
+if SEEN and SEEN > (NOW + SEEN_AHEAD) * 1000 then
+  SEEN = 0
+end
 
 -- Lua numbers are doubles; %d keeps integers below 2^53 exact (generations
 -- are about 1.9e15) and never writes them in scientific notation, as

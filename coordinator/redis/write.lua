@@ -17,7 +17,14 @@ end
 -- next_generation is implement.NextGeneration: above prev, and above
 -- every generation minted before now on a clock that has not gone back.
 local function next_generation(prev)
-  return math.max(prev + 1, NOW * 1000)
+  local g = math.max(prev + 1, NOW * 1000)
+  -- implement.MaxGeneration, 2^53 - 1: past it a double no longer holds
+  -- prev + 1, and the generation would stick. The scope is refused as
+  -- corrupt instead.
+  if g > 9007199254740991 then
+    error(string.format('state hash field generation holds %d: no generation can follow it', prev))
+  end
+  return g
 end
 
 -- save writes the whole state (encode_state, made by stateLua in
