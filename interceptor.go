@@ -380,8 +380,12 @@ func (b *Breaker) consult(ctx context.Context, c *call, f *fact, row *known) (d 
 	}
 	defer b.admits.Done()
 	now := c.start
+	// One wait for the coordinator per call, however it is spent: the
+	// verdict first, then the admission gets what is left.
+	budget := b.cfg.timeout
 	if b.awaitVerdict(ctx, row) {
 		now = instantNow()
+		budget -= now.Sub(c.start)
 		f, row = b.known.use(c.scope, now)
 	}
 	if err, ok := b.admitOutlier(ctx, c, f); ok {
@@ -398,7 +402,15 @@ func (b *Breaker) consult(ctx context.Context, c *call, f *fact, row *known) (d 
 		c.row = row
 		return decision{}, err, true
 	}
-	d, err = b.ask(ctx, c, f, pol)
+	if budget <= 0 {
+		// The verdict never came: the coordinator did not answer a Record
+		// within the timeout, and this call has waited its whole wait.
+		b.health.Failed(errNoVerdict, true)
+		err := b.decideWithout(ctx, c, errNoVerdict)
+		c.row = row
+		return decision{}, err, true
+	}
+	d, err = b.ask(ctx, c, f, pol, budget)
 	if err != nil {
 		if ctx.Err() != nil {
 			// The caller gave up: its call would have failed the same way.
@@ -413,12 +425,12 @@ func (b *Breaker) consult(ctx context.Context, c *call, f *fact, row *known) (d 
 }
 
 // ask asks the coordinator to admit c, under pol, the policy f, what the
-// table knows of the scope, says.
-func (b *Breaker) ask(ctx context.Context, c *call, f *fact, pol *inForce) (decision, error) {
+// table knows of the scope, says, waiting at most timeout.
+func (b *Breaker) ask(ctx context.Context, c *call, f *fact, pol *inForce, timeout time.Duration) (decision, error) {
 	claim := b.ids.next()
 	scope := c.scope // not c: the closure would take the call to the heap
 	var d coordinator.Decision
-	_, err := b.roundTrip(ctx, exchange{op: "admit", scope: scope, timeout: b.cfg.timeout, wg: &b.admits, admission: true},
+	_, err := b.roundTrip(ctx, exchange{op: "admit", scope: scope, timeout: timeout, wg: &b.admits, admission: true},
 		func(ctx context.Context, seen uint64) (answer, error) {
 			var err error
 			d, err = b.c.Admit(ctx, coordinator.AdmitRequest{Scope: scope, Policy: pol.p, Claim: claim, Seen: seen})

@@ -2,6 +2,7 @@ package cbgrpc
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
@@ -87,11 +88,18 @@ func (v *verdict) release() {
 	close(v.done)
 }
 
+// errNoVerdict is why a call decides without the coordinator when the
+// verdict it waited for took its whole wait: the coordinator did not
+// answer a Record within the timeout.
+var errNoVerdict = fmt.Errorf("cbgrpc: no verdict within the coordinator timeout: %w", context.DeadlineExceeded)
+
 // awaitVerdict waits, for a call of a scope, until the verdict pending
 // in row (nil: none) is in, ctx is done or the coordinator timeout has
 // passed. It reports whether it waited.
 func (b *Breaker) awaitVerdict(ctx context.Context, row *known) bool {
-	if row == nil {
+	// A dry-run replica rejects nothing, so a verdict changes nothing of
+	// its calls.
+	if row == nil || b.cfg.dryRun {
 		return false
 	}
 	v := row.verdict.Load()

@@ -3,6 +3,8 @@ package cbgrpc
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,5 +94,58 @@ func TestVerdictWithoutAnAnswer(t *testing.T) {
 	_, row := b.known.use(scope, instantNow())
 	if v := row.verdict.Load(); v != nil {
 		t.Errorf("a verdict is still awaited after the coordinator timeout")
+	}
+}
+
+// TestOneWaitPerCall: with the coordinator stuck (a paused Redis behind a
+// default client), a call that waits for a verdict and would then ask for
+// its admission waits the coordinator timeout once in all, not once for
+// each; a dry-run replica, which rejects nothing, waits for no verdict
+// (its admission, answered at once here, is all it waits for).
+func TestOneWaitPerCall(t *testing.T) {
+	for _, dry := range []bool{false, true} {
+		t.Run(fmt.Sprintf("dry run %v", dry), func(t *testing.T) {
+			tc := newTestCoordinator(t, memory.New())
+			var stuck atomic.Bool
+			tc.recordHook = func() {
+				if stuck.Load() {
+					<-tc.release
+				}
+			}
+			p := coordinator.DefaultPolicy()
+			p.ConsecutiveFailures = 3
+			const scope, timeout = "one-wait", 300 * time.Millisecond
+			opts := []Option{WithPolicy(p), WithCoordinatorTimeout(timeout),
+				WithScope(func(context.Context, string, string) string { return scope })}
+			if dry {
+				opts = append(opts, WithDryRun())
+			}
+			b := newBreaker(t, tc, opts...)
+			defer tc.unblock()
+			client := testgrpc.NewTestServiceClient(dial(t, serveTest(t, &dependency{}), b, grpc.WithChainUnaryInterceptor(sidecarDown)))
+			ctx := context.Background()
+			for range p.ConsecutiveFailures - 1 {
+				client.EmptyCall(ctx, &testpb.Empty{})
+			}
+			eventually(t, "the failures to be recorded", func() bool { return tc.recorded.Load() == int64(p.ConsecutiveFailures-1) })
+			// The coordinator stops answering Records; the next failure
+			// makes the run long enough for a verdict, which never comes;
+			// then it stops answering anything.
+			stuck.Store(true)
+			client.EmptyCall(ctx, &testpb.Empty{})
+			if !dry {
+				tc.set(modeBlock)
+			}
+			t0 := time.Now()
+			client.EmptyCall(ctx, &testpb.Empty{})
+			waited := time.Since(t0)
+			t.Logf("the call after the verdict's failure took %v (timeout %v)", waited, timeout)
+			switch {
+			case dry && waited >= timeout:
+				t.Errorf("a dry-run replica's call took %v: it waited for a verdict", waited)
+			case waited >= 2*timeout-50*time.Millisecond:
+				t.Errorf("the call took %v: it waited for the verdict and then for its admission, %v each", waited, timeout)
+			}
+		})
 	}
 }
