@@ -17,8 +17,9 @@ import (
 // (Buckets − 1) bucket widths. When a failure counts and the excursion's
 // failures exceed the ratio's share by MinCalls calls or more, the
 // breaker trips, judged without the Outliers replicas that contribute
-// most, whatever the window holds. The same for slow calls, with
-// SlowCallRatio.
+// most, whatever the window holds; but only once the fleet's pace is
+// known, the window holding MinCalls calls before its current bucket.
+// The same for slow calls, with SlowCallRatio.
 
 // spell records perBucket successes of h's replica in each of nine
 // buckets, one bucket width apart, and leaves the clock at the start of
@@ -37,14 +38,14 @@ func spell(h *harness, gen uint64, perBucket int) {
 func testRecentFailuresTripBeforeTheWindow(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	gen := h.closedGen()
-	h.wantNoTrip("a healthy spell", gen, oks(gen, 40)...)
+	spell(h, gen, 5)
 	for i := range 3 {
 		h.wantNoTrip("three failures and a success, "+string(rune('1'+i)), gen, fail(gen), fail(gen), fail(gen), ok(gen))
 	}
 	h.wantNoTrip("a failure: 10/13, 3.5 over half", gen, fail(gen))
 	h.wantTrip("another: 11/14, 4 over half", gen, "recent failures 11/14, 4 over 50%", fail(gen))
-	if s := h.snapshot(); s.LastTrip.Calls != 54 || s.LastTrip.Failures != 11 {
-		t.Errorf("last trip %+v; want the window's counts, 54 calls and 11 failures", s.LastTrip)
+	if s := h.snapshot(); s.LastTrip.Calls != 59 || s.LastTrip.Failures != 11 {
+		t.Errorf("last trip %+v; want the window's counts, 59 calls and 11 failures", s.LastTrip)
 	}
 }
 
@@ -99,7 +100,7 @@ func testRecentCountsTheCallsTheFleetMakes(t *testing.T, f Factory) {
 func testRecentEndsAWindowAfterItBegan(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
 	gen := h.closedGen()
-	h.wantNoTrip("a healthy spell", gen, oks(gen, 40)...)
+	spell(h, gen, 5)
 	h.wantNoTrip("seven failures: 3.5 over half", gen, fails(gen, 7)...)
 	h.advance(h.p.Window / 2)
 	// A throttled request keeps the scope from being forgotten, and is no
@@ -120,7 +121,7 @@ func testRecentSlowCallsTrip(t *testing.T, f Factory) {
 	h := newHarness(t, f, p)
 	gen := h.closedGen()
 	slow, quick := took(gen, time.Second), took(gen, time.Millisecond)
-	h.wantNoTrip("a healthy spell", gen, oks(gen, 40)...)
+	spell(h, gen, 5)
 	for i := range 3 {
 		h.wantNoTrip("three slow calls and a quick one, "+string(rune('1'+i)), gen, slow, slow, slow, quick)
 	}
@@ -139,7 +140,7 @@ func testRecentLeavesOutTheMostFailing(t *testing.T, f Factory) {
 	p.Outliers = 1
 	h := newHarness(t, f, p)
 	gen := h.closedGen()
-	h.as("good").wantNoTrip("a healthy spell", gen, oks(gen, 10)...)
+	spell(h.as("good"), gen, 2)
 	a, b, c := h.as("a"), h.as("b"), h.as("c")
 	for i := range 3 {
 		for _, r := range []*harness{a, b, c} {
@@ -149,8 +150,8 @@ func testRecentLeavesOutTheMostFailing(t *testing.T, f Factory) {
 	a.wantNoTrip("a's fourth failure: its own 4/4, the rest's 6/6", gen, fail(gen))
 	b.wantNoTrip("b's fourth", gen, fail(gen))
 	c.wantTrip("c's fourth: 12/12 recently, 8/8 without a", gen, "recent failures 8/8, 4 over 50%, leaving out 1 replica", fail(gen))
-	if s := h.snapshot(); s.LastTrip.Calls != 22 || s.LastTrip.Failures != 12 {
-		t.Errorf("last trip %+v; want the window's counts, 22 calls and 12 failures", s.LastTrip)
+	if s := h.snapshot(); s.LastTrip.Calls != 30 || s.LastTrip.Failures != 12 {
+		t.Errorf("last trip %+v; want the window's counts, 30 calls and 12 failures", s.LastTrip)
 	}
 }
 
@@ -164,10 +165,23 @@ func testRecentHeldSuccessesCountFromAReplicasFirstFailure(t *testing.T, f Facto
 	p.Outliers = 1
 	h := newHarness(t, f, p)
 	gen := h.closedGen()
-	h.as("good").wantNoTrip("a healthy spell", gen, oks(gen, 40)...)
+	spell(h.as("good"), gen, 5)
 	held := append(oks(gen, 10), fail(gen), fail(gen))
 	for _, r := range []string{"a", "b", "c", "d"} {
 		h.as(r).wantNoTrip(r+"'s held successes and two failures", gen, held...)
 	}
 	h.as("e").wantTrip("e's: 10/10 recently, 8/8 without a", gen, "recent failures 8/8, 4 over 50%, leaving out 1 replica", held...)
+}
+
+// testRecentWaitsForTheFleetsPace: in a window with no calls before its
+// current bucket (a young fleet, a fresh generation), the fleet's pace is
+// unknown, and a replica's failures sent at once while the others hold
+// their successes could look like a brownout: the recent rule waits, and
+// the window's own rules judge meanwhile (testRecentFailuresTripBeforeTheWindow
+// trips on the same failures after a spell).
+func testRecentWaitsForTheFleetsPace(t *testing.T, f Factory) {
+	h := newHarness(t, f, basePolicy())
+	gen := h.closedGen()
+	h.as("good").wantNoTrip("a healthy first bucket", gen, oks(gen, 40)...)
+	h.as("failing").wantNoTrip("nine failures: 4.5 over half, but no pace yet", gen, fails(gen, 9)...)
 }

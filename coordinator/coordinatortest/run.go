@@ -116,6 +116,7 @@ var rules = []struct {
 	{"RecentSlowCallsTrip", testRecentSlowCallsTrip},
 	{"RecentLeavesOutTheMostFailing", testRecentLeavesOutTheMostFailing},
 	{"RecentHeldSuccessesCountFromAReplicasFirstFailure", testRecentHeldSuccessesCountFromAReplicasFirstFailure},
+	{"RecentWaitsForTheFleetsPace", testRecentWaitsForTheFleetsPace},
 	// outliers.go
 	{"OutlierIsToldAndLeavesTheWindow", testOutlierIsToldAndLeavesTheWindow},
 	{"OutlierByRatioAfterAHealthySpell", testOutlierByRatioAfterAHealthySpell},

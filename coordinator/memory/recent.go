@@ -120,9 +120,13 @@ func (s share) of(number int64) share {
 // recentReason says whether the recent rule on n (failures or slow calls,
 // as name says) of the excursion's calls holds for the fleet, judged
 // without the replicas leftOut says; "" when it does not. It is judged
-// when a failure or slow call counts: nothing else raises it.
+// when a failure or slow call counts: nothing else raises it. Until the
+// window holds MinCalls calls before its current bucket (a young fleet, a
+// fresh generation) the fleet's pace is unknown, and failures sent at once
+// while other replicas hold their successes would look like a brownout:
+// the window's own rules judge meanwhile.
 func (b *breaker) recentReason(r *rules, p pace, now int64, name string, pm int, pick func(failures, slow int) int) string {
-	if pm == 0 || b.recent.calls == 0 {
+	if pm == 0 || b.recent.calls == 0 || p.calls < int64(r.calls) {
 		return ""
 	}
 	calls, n := b.recent.over(p, now), pick(b.recent.failures, b.recent.slow)

@@ -368,6 +368,11 @@ local PACE_CALLS, PACE_PER = other_calls, 0
 if BUCKETS > 1 then
   PACE_PER = WIDTH * (BUCKETS - 1)
 end
+-- paced: the window holds MinCalls calls before its current bucket. Until
+-- then (a young fleet, a fresh generation) the pace is unknown, and
+-- failures sent at once while other replicas hold their successes would
+-- look like a brownout: the recent rule waits, the window's rules judge.
+rec.paced = PACE_PER > 0 and PACE_CALLS >= MIN_CALLS
 -- rec_over is the excursion's calls: those counted, or the pace's if more.
 rec_over = function()
   if rec.c == 0 then
@@ -603,11 +608,11 @@ local function check(failed, slowed)
     rule, n, of = 'slow', sl_all, all
     reason = not J or J.broad(rule, n, of, epoch)
   end
-  if not reason and failed and FAILURE_PERMILLE > 0 and rec.c > 0 then
+  if not reason and failed and FAILURE_PERMILLE > 0 and rec.c > 0 and rec.paced then
     rule, n, of = 'recent', rec.f, rec_over()
     reason = (J and J.broad(rule, n, of, epoch)) or (not J and 1000 * n - FAILURE_PERMILLE * of >= 1000 * MIN_CALLS)
   end
-  if not reason and slowed and SLOW_PERMILLE > 0 and rec.c > 0 then
+  if not reason and slowed and SLOW_PERMILLE > 0 and rec.c > 0 and rec.paced then
     rule, n, of = 'recent_slow', rec.s, rec_over()
     reason = (J and J.broad(rule, n, of, epoch)) or (not J and 1000 * n - SLOW_PERMILLE * of >= 1000 * MIN_CALLS)
   end
