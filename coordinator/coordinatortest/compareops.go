@@ -542,33 +542,45 @@ func (d *driver) crowd(s *cmpScope) {
 	}
 }
 
-// burst is a healthy moment and then a brownout too quick for the
-// fleet's pace to count calls it has not sent: a replica's successes,
-// then three replicas' calls at the same instant in turns, nearly all
-// failed, which the recent rule judges before the window's ratio does.
+// burst is a healthy spell over two buckets, which gives the fleet its
+// pace, and then a brownout too quick for that pace to count calls the
+// fleet has not sent: three replicas' calls at the same instant in turns,
+// nearly all failed, which the recent rule judges before the window's
+// ratio does.
 func (d *driver) burst(s *cmpScope) {
 	d.note("burst on s%d", s.index)
-	batches := []*batch{{s: s, p: s.p, replica: "burst-0"}}
+	var batches []*batch
 	for range 4 {
 		for i := range 3 {
 			batches = append(batches, &batch{s: s, p: s.p, replica: fmt.Sprintf("burst-%d", i+1)})
 		}
 	}
-	for i, b := range batches {
-		n := 2
-		if i == 0 {
-			n = 30
+	for range 2 {
+		if !d.sendAll(s, &batch{s: s, p: s.p, replica: "burst-0"}, 15, false) {
+			return
 		}
-		for range n {
-			c := d.admitOne(s)
-			if c == nil {
-				return
-			}
-			b.calls = append(b.calls, c)
-			b.outs = append(b.outs, coordinator.Outcome{Failure: i > 0 && d.rng.IntN(10) < 9})
-		}
-		d.send(b)
+		d.clock.Advance(s.p.BucketWidth())
 	}
+	for _, b := range batches {
+		if !d.sendAll(s, b, 2, true) {
+			return
+		}
+	}
+}
+
+// sendAll admits n calls of s and sends them as b, failed nearly all if
+// failing, else succeeded; false if a call was not admitted.
+func (d *driver) sendAll(s *cmpScope, b *batch, n int, failing bool) bool {
+	for range n {
+		c := d.admitOne(s)
+		if c == nil {
+			return false
+		}
+		b.calls = append(b.calls, c)
+		b.outs = append(b.outs, coordinator.Outcome{Failure: failing && d.rng.IntN(10) < 9})
+	}
+	d.send(b)
+	return true
 }
 
 // rollout has every replica of s run the other policy for longer than a

@@ -13,13 +13,13 @@ import (
 // next call finds it spent) once its failures are no longer above the
 // ratio's share of its calls, or a window after it began. Its calls are
 // the ones counted, or, if more, those the fleet's pace says it made
-// since it began: the window's calls before the current bucket, per
-// (Buckets − 1) bucket widths. When a failure counts and the excursion's
-// failures exceed the ratio's share by MinCalls calls or more, the
-// breaker trips, judged without the Outliers replicas that contribute
-// most, whatever the window holds; but only once the fleet's pace is
-// known, the window holding MinCalls calls before its current bucket.
-// The same for slow calls, with SlowCallRatio.
+// since it began: the calls of the bucket before the current one, per
+// bucket width. When a failure counts and the excursion's failures exceed
+// the ratio's share by MinCalls calls or more, the breaker trips, judged
+// without the Outliers replicas that contribute most, whatever the window
+// holds; but only once the fleet's pace is known: the bucket before the
+// current one whole (the one before it has calls) and holding MinCalls
+// calls. The same for slow calls, with SlowCallRatio.
 
 // spell records perBucket successes of h's replica in each of nine
 // buckets, one bucket width apart, and leaves the clock at the start of
@@ -140,7 +140,7 @@ func testRecentLeavesOutTheMostFailing(t *testing.T, f Factory) {
 	p.Outliers = 1
 	h := newHarness(t, f, p)
 	gen := h.closedGen()
-	spell(h.as("good"), gen, 2)
+	spell(h.as("good"), gen, 4)
 	a, b, c := h.as("a"), h.as("b"), h.as("c")
 	for i := range 3 {
 		for _, r := range []*harness{a, b, c} {
@@ -150,8 +150,8 @@ func testRecentLeavesOutTheMostFailing(t *testing.T, f Factory) {
 	a.wantNoTrip("a's fourth failure: its own 4/4, the rest's 6/6", gen, fail(gen))
 	b.wantNoTrip("b's fourth", gen, fail(gen))
 	c.wantTrip("c's fourth: 12/12 recently, 8/8 without a", gen, "recent failures 8/8, 4 over 50%, leaving out 1 replica", fail(gen))
-	if s := h.snapshot(); s.LastTrip.Calls != 30 || s.LastTrip.Failures != 12 {
-		t.Errorf("last trip %+v; want the window's counts, 30 calls and 12 failures", s.LastTrip)
+	if s := h.snapshot(); s.LastTrip.Calls != 48 || s.LastTrip.Failures != 12 {
+		t.Errorf("last trip %+v; want the window's counts, 48 calls and 12 failures", s.LastTrip)
 	}
 }
 

@@ -16,24 +16,25 @@ type recent struct {
 	since, number         int64
 }
 
-// pace is the fleet's call rate, read from the window's buckets before
-// the current one as a Record finds them: calls per width × (buckets −
-// 1) ms. A replica that holds its successes while another sends its
-// failures at once makes the recent outcomes look worse than they are;
-// the excursion counts at least the calls this rate says the fleet made
-// since it began.
+// pace is the fleet's call rate, read from the bucket before the current
+// one as a Record finds it: calls per width ms. A replica that holds its
+// successes while another sends its failures at once makes the recent
+// outcomes look worse than they are; the excursion counts at least the
+// calls this rate says the fleet made since it began.
 type pace struct{ calls, per int64 }
 
-// paceOf reads the window's pace at now in r's layout.
+// paceOf reads the window's pace at now in r's layout; none (per 0) until
+// the bucket before the current one is whole (the one before it has
+// calls: the window began before it) and holds MinCalls calls. Until then
+// (a young fleet, a fresh generation, a quiet scope) the recent rule
+// waits, and the window's rules judge.
 func (b *breaker) paceOf(r *rules, now int64) pace {
-	if r.buckets < 2 {
+	idx := now / r.width
+	last, before := b.window[idx-1], b.window[idx-2]
+	if r.buckets < 3 || last == nil || before == nil || before.calls == 0 || last.calls < r.calls {
 		return pace{}
 	}
-	other := b.live(r, now).calls
-	if bk := b.window[now/r.width]; bk != nil {
-		other -= bk.calls
-	}
-	return pace{calls: int64(other), per: r.width * (r.buckets - 1)}
+	return pace{calls: int64(last.calls), per: r.width}
 }
 
 // expected is how many calls the fleet made in the d ms since an
@@ -126,7 +127,7 @@ func (s share) of(number int64) share {
 // while other replicas hold their successes would look like a brownout:
 // the window's own rules judge meanwhile.
 func (b *breaker) recentReason(r *rules, p pace, now int64, name string, pm int, pick func(failures, slow int) int) string {
-	if pm == 0 || b.recent.calls == 0 || p.calls < int64(r.calls) {
+	if pm == 0 || b.recent.calls == 0 || p.per == 0 {
 		return ""
 	}
 	calls, n := b.recent.over(p, now), pick(b.recent.failures, b.recent.slow)

@@ -345,9 +345,9 @@ end
 -- the calls counted since failures or slow calls began to outrun the
 -- policy's ratios (since, ms), and the number of the excursion, so that a
 -- replica's share of an ended one reads as none. Its calls are at least
--- those the fleet's pace says it made since it began: the window's calls
--- before the current bucket, per (BUCKETS - 1) bucket widths, as this
--- Record found them.
+-- those the fleet's pace says it made since it began: the calls of the
+-- bucket before the current one, per bucket width, as this Record found
+-- them.
 local rec = {f = 0, s = 0, c = 0, since = 0, num = 0}
 if recent_raw then
   local f, sl, n, since, num = string.match(recent_raw, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
@@ -364,15 +364,25 @@ local REC_ON = (FAILURE_PERMILLE > 0 or SLOW_PERMILLE > 0) and (bad or rec.c > 0
 local rec_changed = false
 local rec_over, rec_spent, rec_bad, rec_successes
 if REC_ON then
-local PACE_CALLS, PACE_PER = other_calls, 0
-if BUCKETS > 1 then
-  PACE_PER = WIDTH * (BUCKETS - 1)
+-- The pace is known once the bucket before the current one is whole (the
+-- one before it has calls: the window began before it) and holds MinCalls
+-- calls. Until then (a young fleet, a fresh generation, a quiet scope) a
+-- replica's failures sent at once while the others hold their successes
+-- would look like a brownout: the recent rule waits, the window's rules
+-- judge. A bucket re-laid by this Record is in relaid; a window started
+-- afresh holds no other.
+local PACE_CALLS, PACE_PER = 0, 0
+if BUCKETS >= 3 then
+  local prev = {relaid[int(IDX - 1)] or false, relaid[int(IDX - 2)] or false}
+  if not relabel then
+    prev = redis.call('HMGET', KEY_WINDOW, int(IDX - 1), int(IDX - 2))
+  end
+  local last, before = parse(prev[1]), parse(prev[2])
+  if before > 0 and last >= MIN_CALLS then
+    PACE_CALLS, PACE_PER = last, WIDTH
+  end
 end
--- paced: the window holds MinCalls calls before its current bucket. Until
--- then (a young fleet, a fresh generation) the pace is unknown, and
--- failures sent at once while other replicas hold their successes would
--- look like a brownout: the recent rule waits, the window's rules judge.
-rec.paced = PACE_PER > 0 and PACE_CALLS >= MIN_CALLS
+rec.paced = PACE_PER > 0
 -- rec_over is the excursion's calls: those counted, or the pace's if more.
 rec_over = function()
   if rec.c == 0 then
