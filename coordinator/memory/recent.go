@@ -51,8 +51,11 @@ func (p pace) expected(d int64) int {
 func excess(n, calls, pm int) int { return 1000*n - pm*calls }
 
 // over is the excursion's calls at now: those counted, or the fleet's
-// pace's if more.
+// pace's if more; none while it holds none.
 func (x *recent) over(p pace, now int64) int {
+	if x.calls == 0 {
+		return 0
+	}
 	return max(x.calls, p.expected(now-x.since))
 }
 
