@@ -96,8 +96,11 @@ func TestFleetSmokeCluster(t *testing.T) {
 		t.Errorf("%.2f Admits and %.2f Records per replica-scope-second: want about %.1f Records, one per calm interval (%v), and fewer Admits",
 			row.AdmitsPerRSS, row.RecordsPerRSS, perSecond, calm)
 	}
-	// Counted at either end of the same second: the boundaries differ.
-	if row.ScriptsPerRSS < 0.9*row.RecordsPerRSS {
+	// Counted at either end of the same seconds, whose boundaries differ:
+	// calm Records come in bursts, one per replica-scope per calm interval,
+	// and one such burst may fall on either side (a loaded CI host saw
+	// 0.69 scripts for 0.84 Records).
+	if row.ScriptsPerRSS < row.RecordsPerRSS-1/row.Seconds {
 		t.Errorf("Redis ran %.2f scripts per replica-scope-second, the replicas sent %.2f Records", row.ScriptsPerRSS, row.RecordsPerRSS)
 	}
 }

@@ -31,7 +31,7 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "", "scenario groups to run, separated by commas (onset, noise, alone, small, brownout, zone, restart, lowrate, recovery); empty: all")
+	only := flag.String("only", "", "scenario groups to run, separated by commas (onset, noise, alone, small, brownout, zone, restart, lowrate, recovery, ramp); empty: all")
 	mdPath := flag.String("md", "", "also write the table as markdown here")
 	jsonPath := flag.String("json", "", "write the rows as JSON here")
 	flag.Parse()

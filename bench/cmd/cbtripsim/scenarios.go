@@ -101,6 +101,17 @@ func scenarios() []scenario {
 		scenario{"recovery", "64 x 10/s, 5% noise for a window, down for 20s, then recovered for 10s", recovery(64, 10, 20*time.Second, 10*time.Second, 0)},
 		scenario{"recovery", "8 x 50/s, 5% noise for a window, down for 20s, recovered for 1s, then down again for 10s", recovery(8, 50, 20*time.Second, time.Second, 10*time.Second)},
 	)
+	// The same recoveries with the recovery ramp on, to weigh it against
+	// the default, which has none.
+	ramped := with(func(p *coordinator.Policy) { p.RampFor = 5 * time.Second })
+	for _, r := range []struct {
+		name             string
+		recover, relapse time.Duration
+	}{{"then recovered for 10s", 10 * time.Second, 0}, {"recovered for 1s, then down again for 10s", time.Second, 10 * time.Second}} {
+		cfg := recovery(8, 50, 20*time.Second, r.recover, r.relapse)
+		cfg.Policy = ramped
+		out = append(out, scenario{"ramp", "8 x 50/s, 5% noise for a window, down for 20s, " + r.name + ", RampFor 5s", cfg})
+	}
 	// The peers count no slow calls.
 	for i := range out {
 		out[i].cfg.Peers = out[i].cfg.SlowShare == 0
