@@ -90,18 +90,25 @@ func testOpenPeriodDoublesUpToMaxOpenFor(t *testing.T, f Factory) {
 	gen := h.trip()
 	wantPeriod("first trip", 100*time.Millisecond)
 	for i, want := range []time.Duration{200 * time.Millisecond, 350 * time.Millisecond, 350 * time.Millisecond} {
-		h.waitOpenPeriod()
-		claim := fmt.Sprintf("probe-%d", i)
-		h.wantDecision("probe", h.admit(claim), probe, halfOpen, gen)
-		res := h.settle(claim, fail(gen))
-		h.wantResult("failed probe", res, open, h.next(gen), 0)
-		gen = res.Generation
+		gen = h.failProbe(fmt.Sprintf("probe-%d", i), gen)
 		wantPeriod(fmt.Sprintf("after failed probe %d", i+1), want)
 	}
 	h.waitOpenPeriod()
 	h.recover()
 	h.trip()
 	wantPeriod("first trip after closing", 100*time.Millisecond)
+}
+
+// failProbe waits for the open period of generation gen to end, probes
+// under claim, has the probe fail, and returns the generation the breaker
+// reopened in.
+func (h *harness) failProbe(claim string, gen uint64) uint64 {
+	h.t.Helper()
+	h.waitOpenPeriod()
+	h.wantDecision("probe", h.admit(claim), probe, halfOpen, gen)
+	res := h.settle(claim, fail(gen))
+	h.wantResult("failed probe", res, open, h.next(gen), 0)
+	return res.Generation
 }
 
 // testOpenPeriodKeepsOpenForUntilBackoffAfter: with BackoffAfter, every
@@ -114,12 +121,7 @@ func testOpenPeriodKeepsOpenForUntilBackoffAfter(t *testing.T, f Factory) {
 	h := newHarness(t, f, p)
 	gen := h.trip()
 	for i, want := range []time.Duration{100, 100, 200, 350, 350} {
-		h.waitOpenPeriod()
-		claim := fmt.Sprintf("probe-%d", i)
-		h.wantDecision("probe", h.admit(claim), probe, halfOpen, gen)
-		res := h.settle(claim, fail(gen))
-		h.wantResult("failed probe", res, open, h.next(gen), 0)
-		gen = res.Generation
+		gen = h.failProbe(fmt.Sprintf("probe-%d", i), gen)
 		if s := h.snapshot(); s.OpenUntil.Sub(s.OpenedAt) != want*time.Millisecond {
 			t.Errorf("after failed probe %d, %v after the trip: open for %v; want %v", i+1, s.OpenedAt.Sub(Start), s.OpenUntil.Sub(s.OpenedAt), want*time.Millisecond)
 		}
