@@ -137,6 +137,9 @@ func TestTransitionSpansAreChildrenOfTheirCalls(t *testing.T) {
 	if closed[0].Parent().SpanID() != probe.SpanContext().SpanID() {
 		t.Errorf("half-open -> closed span is not a child of the probe")
 	}
+	// The notifier counts a transition as it delivers it, after its span
+	// ended: wait for the count before reading it.
+	eventually(t, "both transitions counted", func() bool { return mt.sum(t, "cbgrpc.transitions") >= 2 })
 	if got := mt.sum(t, "cbgrpc.transitions"); got != 2 {
 		t.Errorf("transitions metric = %d, want 2", got)
 	}

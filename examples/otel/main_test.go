@@ -8,11 +8,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -130,15 +132,25 @@ func TestOTelExportsToCollectorAndPrometheus(t *testing.T) {
 	}
 	var out bytes.Buffer
 	var scrape []byte
+	// The Breaker counts a transition as its notifier delivers it, after
+	// the span the scenario waits for: scrape until the recovery is counted.
+	recovered := regexp.MustCompile(`cbgrpc_transitions_total\{[^}]*cbgrpc_state_from="half-open"[^}]*cbgrpc_state_to="closed"`)
 	err = run(&out, otlp, lis, func(url string) {
-		resp, err := http.Get(url)
-		if err != nil {
-			t.Errorf("scrape %s: %v", url, err)
-			return
-		}
-		defer resp.Body.Close()
-		if scrape, err = io.ReadAll(resp.Body); err != nil {
-			t.Errorf("scrape %s: %v", url, err)
+		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			resp, err := http.Get(url)
+			if err != nil {
+				t.Errorf("scrape %s: %v", url, err)
+				return
+			}
+			scrape, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Errorf("scrape %s: %v", url, err)
+				return
+			}
+			if recovered.Match(scrape) || time.Now().After(deadline) {
+				return
+			}
 		}
 	})
 	if err != nil {
