@@ -81,6 +81,10 @@ type known struct {
 	// server's pushback reached the coordinator (pushback.go): the rest
 	// of a burst has nothing left to change.
 	pushed atomic.Uint64
+	// confirmed is the highest generation the coordinator's own answers
+	// gave, what this replica tells it it has seen (begin): one only the
+	// feed said proves nothing; guarded by knowledge.mu.
+	confirmed uint64
 }
 
 // fact is what the coordinator last said about a scope.
@@ -110,6 +114,9 @@ type fact struct {
 	// generation gen, which rejections link to (cause.go); the zero one
 	// while none is known.
 	cause trace.SpanContext
+	// hintUntil, when not zero, says the fact is the feed's word alone,
+	// believed until then (learn); the coordinator's answers have none.
+	hintUntil instant
 }
 
 // admitsAll reports whether a state lets every call through: closed, or
@@ -223,6 +230,9 @@ func (k *knowledge) answers(f *fact, now instant) bool {
 	if k.maxAge == 0 || f.gen == 0 || f.trust == 0 || f.trust != k.live.Load() {
 		return false
 	}
+	if !f.hintUntil.IsZero() && !now.Before(f.hintUntil) {
+		return false
+	}
 	if admitsAll(f.state) {
 		return now.Sub(f.checked) < k.maxAge
 	}
@@ -278,7 +288,7 @@ func (k *knowledge) begin(scope string) (epoch, seen uint64) {
 	k.mu.RLock()
 	e := k.scopes[scope]
 	if e != nil {
-		seen = e.gen
+		seen = e.confirmed
 	}
 	followed := e != nil && live != 0 && e.followed == live
 	k.mu.RUnlock()
@@ -309,6 +319,14 @@ func (k *knowledge) signal() {
 // the table knows something newer.
 func (k *knowledge) learn(epoch uint64, scope string, a answer, now instant) {
 	f := fact{state: a.state, gen: a.gen, checked: now, window: a.window}
+	if a.hint {
+		// The feed is a hint: anyone allowed to publish on its channels
+		// can send a well-formed message. What it says is believed for an
+		// open period of the scope's policy at most, never for as long as
+		// a message may claim, and then the next call asks the
+		// coordinator, whose answer replaces it whatever its generation.
+		f.hintUntil = now.Add(k.policyOf(scope).p.OpenFor)
+	}
 	if a.cause != "" {
 		f.cause = spanOf(a.cause)
 	}
@@ -326,6 +344,9 @@ func (k *knowledge) learn(epoch uint64, scope string, a answer, now instant) {
 		// feed that would say so may have died without a word.
 		f.until = now.Add(k.maxAge)
 	}
+	if !f.hintUntil.IsZero() && f.hintUntil.Before(f.until) {
+		f.until = f.hintUntil
+	}
 	into := new(fact)
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -338,7 +359,10 @@ func (k *knowledge) learn(epoch uint64, scope string, a answer, now instant) {
 	if a.saysPolicy {
 		k.versionSaid(scope, e, a.policyVersion)
 	}
-	if newer(f, e.fact) {
+	if !a.hint {
+		e.confirmed = max(e.confirmed, a.gen)
+	}
+	if newer(f, e.fact, now) {
 		if f.window == (window{}) && f.gen == e.gen {
 			f.window = e.window
 		}
@@ -415,10 +439,15 @@ func (k *knowledge) outliers(f func(scope string)) {
 	}
 }
 
-// newer reports whether f may replace old: generations only grow, and
-// within one generation open comes before half-open and disabled before
-// closed.
-func newer(f, old fact) bool {
+// newer reports whether f may replace old at now: generations only grow,
+// and within one generation open comes before half-open and disabled
+// before closed; but the coordinator's word replaces the feed's once the
+// feed's has been believed long enough (learn), whatever its generation:
+// a message may claim any.
+func newer(f, old fact, now instant) bool {
+	if f.hintUntil.IsZero() && !old.hintUntil.IsZero() && !now.Before(old.hintUntil) {
+		return true
+	}
 	if f.gen != old.gen {
 		return f.gen > old.gen
 	}

@@ -34,6 +34,10 @@ type answer struct {
 	// cause is the traceparent of the span that recorded the transition
 	// into the state (cause.go): "" when the answer has none.
 	cause string
+	// hint: the feed said it, which anyone allowed to publish on its
+	// channels can (docs/redis-acl.md); the table believes it for a while
+	// only (knowledge.learn).
+	hint bool
 }
 
 // window is what a Record that counted says of the scope's shared window
@@ -65,7 +69,7 @@ func resulted(r coordinator.Result) answer {
 // ramp (rampFor) that a recovery starts, are counted from when it was
 // heard, not from t.At: the coordinator's clock may be skewed from ours.
 func heard(t coordinator.Transition, rampFor time.Duration) answer {
-	a := answer{state: t.To, gen: t.Generation}
+	a := answer{state: t.To, gen: t.Generation, hint: true}
 	if !t.OpenUntil.IsZero() {
 		a.retryAfter = t.OpenUntil.Sub(t.At)
 	}
