@@ -96,6 +96,14 @@ type Outcome struct {
 	Generation uint64 // the Decision.Generation of the admission that let the call through
 	Failure    bool
 	Duration   time.Duration // compared with Policy.SlowCallDuration
+	// Stalled marks a call the caller reported while it was still
+	// running, past how long the scope's calls take when healthy (a
+	// dependency that stops answering has no outcomes until the callers'
+	// deadlines): it counts as a failure, whatever Failure says, and the
+	// caller sends no other outcome for it. A trip whose run of failures,
+	// or recent excursion, holds stalled calls says how many in its
+	// reason ("consecutive failures 20 >= 20, 20 stalled").
+	Stalled bool
 	// Throttled marks a request of the closed generation that the caller
 	// rejected itself by adaptive throttling: the window counts it as a
 	// request, never as a call, a failure or a slow call, and it neither
@@ -112,6 +120,10 @@ type Outcome struct {
 	// never read them. The other fields are then ignored.
 	WouldReject bool
 }
+
+// Failed reports whether o counts as a failed call: a failure, or a
+// stalled call.
+func (o Outcome) Failed() bool { return o.Failure || o.Stalled }
 
 // Transition is one change of a breaker's state.
 type Transition struct {

@@ -105,6 +105,7 @@ const (
 	pathOutlierForgiven
 	pathTripLeavingOut
 	pathRecentTrip
+	pathStalledTrip
 	pathOutlierReplaced
 	pathOutlierListed
 	pathReplicasEvicted
@@ -135,7 +136,7 @@ var pathNames = [numPaths]string{
 	"would-be rejections counted",
 	"window re-laid", "counted in another layout", "policies seen > 1",
 	"outlier found", "outlier's outcomes stale", "outlier's probe failed", "outlier's probe succeeded",
-	"tripped leaving out replicas", "tripped by the recent rule", "outlier replaced by a newer one", "outliers listed", "more replicas failed than tracked", "pushed open", "pushback set its trip's period", "lost state", "fenced after a loss",
+	"tripped leaving out replicas", "tripped by the recent rule", "tripped with stalls", "outlier replaced by a newer one", "outliers listed", "more replicas failed than tracked", "pushed open", "pushback set its trip's period", "lost state", "fenced after a loss",
 	"rejected while isolated", "isolated", "isolation ended", "released", "disabled", "counted while disabled", "enabled",
 	"override set", "override reset", "answered an override's version",
 }
@@ -489,6 +490,9 @@ func (d *driver) sameTransition(s *cmpScope, op string, r, su *coordinator.Trans
 		}
 		if strings.HasPrefix(r.Reason, "recent ") {
 			d.hit(pathRecentTrip)
+		}
+		if strings.Contains(r.Reason, " stalled") {
+			d.hit(pathStalledTrip)
 		}
 	case r.To == coordinator.StateClosed && r.From == coordinator.StateHalfOpen:
 		d.hit(pathClosedAgain)

@@ -35,6 +35,11 @@ func (d *driver) callOutcome(s *cmpScope) coordinator.Outcome {
 		p = s.share
 	}
 	o := coordinator.Outcome{Failure: d.rng.Float64() < p, Duration: time.Duration(d.rng.IntN(40)) * time.Millisecond}
+	if o.Failure && d.rng.IntN(3) == 0 {
+		// A call the caller reported while it still ran (a stall): a
+		// failure whatever Failure says.
+		o.Failure, o.Stalled = d.rng.IntN(2) == 0, true
+	}
 	if (s.failing && d.rng.IntN(2) == 0) || d.rng.IntN(10) == 0 {
 		o.Duration += 40 * time.Millisecond
 	}

@@ -117,6 +117,10 @@ var rules = []struct {
 	{"RecentLeavesOutTheMostFailing", testRecentLeavesOutTheMostFailing},
 	{"RecentHeldSuccessesCountFromAReplicasFirstFailure", testRecentHeldSuccessesCountFromAReplicasFirstFailure},
 	{"RecentWaitsForTheFleetsPace", testRecentWaitsForTheFleetsPace},
+	// stalls.go
+	{"StalledCallsAreFailures", testStalledCallsAreFailures},
+	{"StalledRunEndsWithASuccess", testStalledRunEndsWithASuccess},
+	{"StalledCallsTripTheRecentRule", testStalledCallsTripTheRecentRule},
 	// outliers.go
 	{"OutlierIsToldAndLeavesTheWindow", testOutlierIsToldAndLeavesTheWindow},
 	{"OutlierByRatioAfterAHealthySpell", testOutlierByRatioAfterAHealthySpell},

@@ -65,6 +65,7 @@ type breaker struct {
 	// period (push). 0 otherwise.
 	pushable  uint64
 	consec    int
+	stalls    int // the stalled calls in the run (Outcome.Stalled)
 	successes int // probe successes in this half-open period
 	// wouldReject counts the calls dry-run replicas would have rejected
 	// in this generation (Outcome.WouldReject).
@@ -333,7 +334,7 @@ func (b *breaker) record(r *rules, now int64, q coordinator.RecordRequest) coord
 			res.Outlier = x.outlier(now)
 			return res
 		}
-		if o := outcomes[probe]; o.Failure || r.p.IsSlow(o.Duration) {
+		if o := outcomes[probe]; o.Failed() || r.p.IsSlow(o.Duration) {
 			t = b.reisolate(x, r, now)
 			b.rememberBatch(q.BatchID)
 			res := b.result(r, now, len(outcomes)-1, t)
@@ -374,8 +375,8 @@ func (b *breaker) record(r *rules, now int64, q coordinator.RecordRequest) coord
 			continue
 		}
 		recently := false
-		if bad := o.Failure || r.p.IsSlow(o.Duration); bad || r.p.Outliers == 0 || x.joined(b.recent.number) {
-			recently = b.recent.count(r, p, now, o.Failure, r.p.IsSlow(o.Duration))
+		if bad := o.Failed() || r.p.IsSlow(o.Duration); bad || r.p.Outliers == 0 || x.joined(b.recent.number) {
+			recently = b.recent.count(r, p, now, o, r.p.IsSlow(o.Duration))
 		}
 		if r.p.Outliers > 0 {
 			x = b.attribute(x, q.Replica, r, now, o, recently)
@@ -388,7 +389,7 @@ func (b *breaker) record(r *rules, now int64, q coordinator.RecordRequest) coord
 			b.openByRules(r.openFor, now)
 			b.tripped(now, reason, calls, failures, slow)
 			t, x, done = b.transition(coordinator.StateClosed, now, reason), nil, true
-		} else if x != nil && (o.Failure || r.p.IsSlow(o.Duration)) {
+		} else if x != nil && (o.Failed() || r.p.IsSlow(o.Duration)) {
 			// A replica is found an outlier by its failures and slow
 			// calls alone, as the recent rule trips.
 			if reason := b.ownReason(x, r, p, now); reason != "" {
@@ -445,15 +446,18 @@ func (b *breaker) add(r *rules, now int64, o coordinator.Outcome) {
 	switch {
 	case o.Throttled:
 		one.throttled = 1
-	case o.Failure:
+	case o.Failed():
 		one.calls, one.failures = 1, 1
 		b.consec++
+		if o.Stalled {
+			b.stalls++
+		}
 	default:
 		one.calls = 1
 		if b.consec > 0 {
 			b.epoch++
 		}
-		b.consec = 0
+		b.consec, b.stalls = 0, 0
 	}
 	if !o.Throttled && r.p.IsSlow(o.Duration) {
 		one.slow = 1
@@ -488,7 +492,7 @@ func (b *breaker) restart(state coordinator.State, now int64) {
 	b.state = state
 	b.gen = implement.NextGeneration(b.gen, time.UnixMilli(now))
 	b.openFor, b.openUntil, b.pushable = 0, 0, 0
-	b.consec, b.successes, b.wouldReject = 0, 0, 0
+	b.consec, b.stalls, b.successes, b.wouldReject = 0, 0, 0, 0
 	b.window, b.leases = nil, nil
 	b.swept, b.summed, b.current = place{}, liveSum{}, nil
 	b.width, b.buckets = 0, 0
@@ -558,7 +562,7 @@ func (b *breaker) settle(r *rules, now int64, claim string, o coordinator.Outcom
 	}
 	delete(b.leases, claim)
 	// A slow probe says the dependency has not recovered.
-	if o.Failure || r.p.IsSlow(o.Duration) {
+	if o.Failed() || r.p.IsSlow(o.Duration) {
 		b.openByRules(r.reopenFor(b.openFor, b.failingSince, now), now)
 		b.tripped(now, "probe failed", 0, 0, 0)
 		return b.result(r, now, 0, b.transition(coordinator.StateHalfOpen, now, "probe failed"))

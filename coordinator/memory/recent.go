@@ -13,6 +13,7 @@ import (
 // one reads as none; since is when the current one began (ms).
 type recent struct {
 	failures, slow, calls int
+	stalled               int // of the failures (Outcome.Stalled)
 	since, number         int64
 }
 
@@ -72,10 +73,11 @@ func (x *recent) spent(r *rules, p pace, now int64) bool {
 	return (r.failPm == 0 || excess(x.failures, calls, r.failPm) <= 0) && (r.slowPm == 0 || excess(x.slow, calls, r.slowPm) <= 0)
 }
 
-// count adds one call to the excursion, after ending a spent one: a
+// count adds the call of o to the excursion, after ending a spent one: a
 // failure or slow call starts one, a success counts only in one. It
 // reports whether the call counted.
-func (x *recent) count(r *rules, p pace, now int64, failure, slow bool) bool {
+func (x *recent) count(r *rules, p pace, now int64, o coordinator.Outcome, slow bool) bool {
+	failure := o.Failed()
 	if r.failPm == 0 && r.slowPm == 0 {
 		return false
 	}
@@ -91,6 +93,9 @@ func (x *recent) count(r *rules, p pace, now int64, failure, slow bool) bool {
 	x.calls++
 	if failure {
 		x.failures++
+	}
+	if o.Stalled {
+		x.stalled++
 	}
 	if slow {
 		x.slow++
@@ -146,13 +151,17 @@ func (b *breaker) recentReason(r *rules, p pace, now int64, name string, pm int,
 	if over < 1000*r.calls {
 		return ""
 	}
-	return fmt.Sprintf("recent %s %d/%d, %d over %s", name, n, calls, over/1000, percent(pm)) + leavingOut(out)
+	reason := fmt.Sprintf("recent %s %d/%d, %d over %s", name, n, calls, over/1000, percent(pm))
+	if name == "failures" {
+		reason += stalledOf(b.recent.stalled, n)
+	}
+	return reason + leavingOut(out)
 }
 
 // recentTrip is the recent rule's reason after o counted; "" if it holds
 // for neither failures nor slow calls.
 func (b *breaker) recentTrip(r *rules, p pace, now int64, o coordinator.Outcome) string {
-	if o.Failure {
+	if o.Failed() {
 		if reason := b.recentReason(r, p, now, "failures", r.failPm, func(f, _ int) int { return f }); reason != "" {
 			return reason
 		}
@@ -161,4 +170,15 @@ func (b *breaker) recentTrip(r *rules, p pace, now int64, o coordinator.Outcome)
 		return b.recentReason(r, p, now, "slow calls", r.slowPm, func(_, s int) int { return s })
 	}
 	return ""
+}
+
+// stalledOf is what a trip's reason says of the stalled calls among the
+// n failures it counted: stalls of them, at most n (the replicas a rule
+// leaves out take their failures with them, and maybe stalls); nothing
+// when there are none.
+func stalledOf(stalls, n int) string {
+	if stalls <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d stalled", min(stalls, n))
 }

@@ -195,7 +195,7 @@ func (b *breaker) forgetReporter(id string) {
 // entry, nil if there is none.
 func (b *breaker) attribute(t *tracked, id string, r *rules, now int64, o coordinator.Outcome, recently bool) *tracked {
 	slow := r.p.IsSlow(o.Duration)
-	if t == nil && (o.Failure || slow) {
+	if t == nil && (o.Failed() || slow) {
 		t = b.track(id, r, now)
 	}
 	if t == nil {
@@ -214,7 +214,7 @@ func (b *breaker) attribute(t *tracked, id string, r *rules, now int64, o coordi
 		t.window[idx] = bk
 	}
 	bk.calls++
-	if o.Failure {
+	if o.Failed() {
 		bk.failures++
 		t.own++
 		if t.epoch != b.epoch {
@@ -230,7 +230,7 @@ func (b *breaker) attribute(t *tracked, id string, r *rules, now int64, o coordi
 	if recently {
 		t.recent = t.recent.of(b.recent.number)
 		t.recent.calls++
-		if o.Failure {
+		if o.Failed() {
 			t.recent.failures++
 		}
 		if slow {
@@ -279,7 +279,7 @@ func (b *breaker) tripReason(r *rules, p pace, now int64, o coordinator.Outcome)
 			run -= t.run
 		}
 		if run >= r.consecutive {
-			return fmt.Sprintf("consecutive failures %d >= %d", run, r.consecutive) + leavingOut(out)
+			return fmt.Sprintf("consecutive failures %d >= %d", run, r.consecutive) + stalledOf(b.stalls, run) + leavingOut(out)
 		}
 	}
 	if calls >= r.calls {

@@ -114,7 +114,7 @@ func TestKeysLiveUnderTheLayoutVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices.Sort(fields)
-	if want := []string{"batch_count", "batches", "consecutive_failures", "expires_at", "failing_since", "gc_until", "generation", "moved", "open_for", "open_until", "opened_at", "policy:" + p.Fingerprint(), "probe_successes", "pushable_generation", "recovered_at", "scope", "state", "trip_at", "trip_calls", "trip_failures", "trip_generation", "trip_reason", "trip_slow"}; !slices.Equal(fields, want) {
+	if want := []string{"batch_count", "batches", "consecutive_failures", "consecutive_stalls", "expires_at", "failing_since", "gc_until", "generation", "moved", "open_for", "open_until", "opened_at", "policy:" + p.Fingerprint(), "probe_successes", "pushable_generation", "recovered_at", "scope", "state", "trip_at", "trip_calls", "trip_failures", "trip_generation", "trip_reason", "trip_slow"}; !slices.Equal(fields, want) {
 		t.Errorf("state hash fields %q; want %q", fields, want)
 	}
 	if got := rdb.HGet(ctx, k[keyState], "state").Val(); got != "half-open" {

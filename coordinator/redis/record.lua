@@ -18,7 +18,8 @@
 --   values for each: the generation (decimal) and how many; then three
 --   values per run of equal outcomes, in order: their generation
 --   (decimal), flags (1 = failure, 2 = slow, 3 = both, 4 = throttled: a
---   request the caller rejected itself, no call) and how many
+--   request the caller rejected itself, no call; 8 with 1 = a stalled
+--   call, Outcome.Stalled) and how many
 -- Reply: see reply in lib.lua, then stale, the outcomes of other
 --   generations; when the Record counted and left the breaker closed, the
 --   window's calls, failures, slow and throttled; and what mod.answer
@@ -326,6 +327,9 @@ if not relabel and tv and tv[8] then
   other_throttled = total - throttled
 end
 local consecutive = s.consecutive_failures
+-- stalled.run: the stalled calls in the run (Outcome.Stalled); a table,
+-- so that the reasons (replicas.lua reason_of) read it as it is.
+local stalled = {run = s.consecutive_stalls}
 local generation = int(s.generation)
 
 -- The first run this Record counts, whether one is of its generation
@@ -341,20 +345,23 @@ if raw and string.sub(raw, 1, 2) ~= '0 ' then
 end
 
 -- The recent rule (docs/architecture.md): rec is the fleet's excursion,
--- the window's recent field "<failures> <slow> <calls> <since> <number>":
+-- the window's recent field "<failures> <slow> <calls> <since> <number>
+-- <stalled>" (stalled: of the failures; a field written before stalls
+-- were counted lacks it):
 -- the calls counted since failures or slow calls began to outrun the
 -- policy's ratios (since, ms), and the number of the excursion, so that a
 -- replica's share of an ended one reads as none. Its calls are at least
 -- those the fleet's pace says it made since it began: the calls of the
 -- bucket before the current one, per bucket width, as this Record found
 -- them.
-local rec = {f = 0, s = 0, c = 0, since = 0, num = 0}
+local rec = {f = 0, s = 0, c = 0, since = 0, num = 0, st = 0}
 if recent_raw then
-  local f, sl, n, since, num = string.match(recent_raw, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+  local f, sl, n, since, num, st = string.match(recent_raw, '^(%d+) (%d+) (%d+) (%d+) (%d+) ?(%d*)$')
   if not num then
     error(string.format('window hash field recent holds %q', string.sub(recent_raw, 1, 64)))
   end
   rec.f, rec.s, rec.c, rec.since, rec.num = tonumber(f), tonumber(sl), tonumber(n), tonumber(since), tonumber(num)
+  rec.st = tonumber(st) or 0
 end
 -- REC_ON: the Record counts in the excursion, which it does when a ratio
 -- is on and the Record has a failure or slow call, or an excursion holds
@@ -408,11 +415,11 @@ rec_spent = function()
   return (FAILURE_PERMILLE == 0 or 1000 * rec.f <= FAILURE_PERMILLE * over) and
     (SLOW_PERMILLE == 0 or 1000 * rec.s <= SLOW_PERMILLE * over)
 end
--- rec_bad counts a failure or slow call, which starts an excursion if
--- none holds calls, after ending a spent one.
-rec_bad = function(failed, slowed)
+-- rec_bad counts a failure (stalled or not) or slow call, which starts
+-- an excursion if none holds calls, after ending a spent one.
+rec_bad = function(failed, slowed, stall)
   if rec_spent() then
-    rec.f, rec.s, rec.c, rec.num = 0, 0, 0, rec.num + 1
+    rec.f, rec.s, rec.c, rec.num, rec.st = 0, 0, 0, rec.num + 1, 0
   end
   if rec.c == 0 then
     rec.since = NOW
@@ -420,6 +427,9 @@ rec_bad = function(failed, slowed)
   rec.c = rec.c + 1
   if failed then
     rec.f = rec.f + 1
+  end
+  if stall then
+    rec.st = rec.st + 1
   end
   if slowed then
     rec.s = rec.s + 1
@@ -450,7 +460,7 @@ rec_successes = function(n)
     rec.c = rec.c + n
     return n, num
   end
-  rec.f, rec.s, rec.c, rec.num = 0, 0, 0, rec.num + 1
+  rec.f, rec.s, rec.c, rec.num, rec.st = 0, 0, 0, rec.num + 1, 0
   return k - 1, num
 end
 end
@@ -467,7 +477,8 @@ if (OUTLIERS > 0 and (own_raw or tracked > 0 or bad)) or (adopt and raw) then
     MIN_CALLS = MIN_CALLS, FAILURE_PERMILLE = FAILURE_PERMILLE, SLOW_PERMILLE = SLOW_PERMILLE,
     CONSECUTIVE_FAILURES = CONSECUTIVE_FAILURES, OPEN_FOR = OPEN_FOR, MAX_OPEN_FOR = MAX_OPEN_FOR,
     BACKOFF_AFTER = BACKOFF_AFTER, reopen_for = reopen_for,
-    tracked = tracked, reporters = reporters, relaid = relaid, parse = parse, rec = rec, MARKEDLY = MARKEDLY})
+    tracked = tracked, reporters = reporters, relaid = relaid, parse = parse, rec = rec, MARKEDLY = MARKEDLY,
+    stalled = stalled})
   if own_raw then
     R.own(own_raw, own_width, own_buckets)
   end
@@ -627,8 +638,9 @@ local function check(failed, slowed)
     reason = (J and J.broad(rule, n, of, epoch)) or (not J and 1000 * n - SLOW_PERMILLE * of >= 1000 * MIN_CALLS)
   end
   if reason == true then
-    reason = mod().reason_of({CONSECUTIVE_FAILURES = CONSECUTIVE_FAILURES, FAILURE_PERMILLE = FAILURE_PERMILLE,
-      SLOW_PERMILLE = SLOW_PERMILLE}, rule, n, of, '')
+    local c = {CONSECUTIVE_FAILURES = CONSECUTIVE_FAILURES, FAILURE_PERMILLE = FAILURE_PERMILLE,
+      SLOW_PERMILLE = SLOW_PERMILLE, stalled = stalled, rec = rec}
+    reason = mod().reason_of(c, rule, n, of, '', mod().stalls(c, rule))
   end
   if reason then
     open(s, OPEN_FOR, s.generation)
@@ -680,7 +692,7 @@ for i = first, #ARGV, 3 do
           epoch = (epoch or tonumber(string.match(raw or '0 0', '^%d+ (%d+)'))) + 1
           counts_changed = true
         end
-        calls, consecutive = calls + k - applied, 0
+        calls, consecutive, stalled.run = calls + k - applied, 0, 0
         if J then
           J.attribute(false, false, k - applied, epoch)
         end
@@ -712,7 +724,8 @@ for i = first, #ARGV, 3 do
     end
     counted, stale = counted + applied, stale + n - applied
   else
-    local failed, slowed = ARGV[i + 1] == '1' or ARGV[i + 1] == '3', ARGV[i + 1] == '2' or ARGV[i + 1] == '3'
+    local flags = tonumber(ARGV[i + 1])
+    local failed, slowed, stall = flags % 2 == 1, math.floor(flags / 2) % 2 == 1, flags >= 8
     for j = 1, n do
       if tr or (J and J.found()) then
         stale = stale + n - j + 1
@@ -721,12 +734,15 @@ for i = first, #ARGV, 3 do
       counted, calls = counted + 1, calls + 1
       if failed then
         failures, consecutive = failures + 1, consecutive + 1
+        if stall then
+          stalled.run = stalled.run + 1
+        end
       else
         if consecutive > 0 then
           epoch = (epoch or tonumber(string.match(raw or '0 0', '^%d+ (%d+)'))) + 1
           counts_changed = true
         end
-        consecutive = 0
+        consecutive, stalled.run = 0, 0
       end
       if slowed then
         slow = slow + 1
@@ -735,7 +751,7 @@ for i = first, #ARGV, 3 do
         J.attribute(failed, slowed, 1, epoch)
       end
       if REC_ON then
-        rec_bad(failed, slowed)
+        rec_bad(failed, slowed, stall)
         if J then
           J.share(failed, slowed, 1, rec.num)
         end
@@ -762,7 +778,7 @@ if tr then
   -- The fleet tripped: the window started afresh with the generation.
   return reply(s, tr, nil, 'stale', stale)
 end
-s.consecutive_failures, s.expires_at = consecutive, keep()
+s.consecutive_failures, s.consecutive_stalls, s.expires_at = consecutive, stalled.run, keep()
 save(s, relabel)
 hdel(KEY_WINDOW, gone)
 -- laid_at, written once a bucket.
@@ -794,7 +810,7 @@ end
 
 if rec_changed then
   fields[#fields + 1] = 'recent'
-  fields[#fields + 1] = string.format('%d %d %d %s %s', rec.f, rec.s, rec.c, int(rec.since), int(rec.num))
+  fields[#fields + 1] = string.format('%d %d %d %s %s %d', rec.f, rec.s, rec.c, int(rec.since), int(rec.num), rec.st)
 end
 if #fields > 0 then
   redis.call('HSET', KEY_WINDOW, unpack(fields))

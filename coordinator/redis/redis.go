@@ -319,14 +319,17 @@ func wouldReject(outcomes []coordinator.Outcome) (would []genCount, calls []coor
 }
 
 // outcomeFlags is how record.lua reads an outcome: 1 failure, 2 slow, 4
-// throttled (alone: a throttled request is no call).
+// throttled (alone: a throttled request is no call), 8 stalled (with 1).
 func outcomeFlags(p coordinator.Policy, o coordinator.Outcome) int {
 	if o.Throttled {
 		return 4
 	}
 	flags := 0
-	if o.Failure {
+	if o.Failed() {
 		flags |= 1
+	}
+	if o.Stalled {
+		flags |= 8
 	}
 	if p.IsSlow(o.Duration) {
 		flags |= 2
@@ -339,7 +342,7 @@ func (c *Coordinator) Settle(ctx context.Context, q coordinator.SettleRequest) (
 	scope, p, claim, o := q.Scope, q.Policy, q.Claim, q.Outcome
 	// A slow probe says the dependency has not recovered.
 	failed := 0
-	if o.Failure || p.IsSlow(o.Duration) {
+	if o.Failed() || p.IsSlow(o.Duration) {
 		failed = 1
 	}
 	return c.result(ctx, c.client, settleScript, "settle", scope, p, implement.Seen(q.Seen, o),

@@ -40,21 +40,45 @@ local function replicas_module()
     return string.format('%d.%d%%', math.floor(pm / 10), pm % 10)
   end
 
+  -- stalled_of is what a reason says of the stalled calls among the n
+  -- failures it counted: st of them, at most n (the replicas a rule leaves
+  -- out take their failures with them, and maybe stalls).
+  local function stalled_of(st, n)
+    if not st or st <= 0 then
+      return ''
+    end
+    return string.format(', %d stalled', math.min(st, n))
+  end
+
   -- reason_of says why rule ('run', 'failures' or 'slow') holds with n of
-  -- of, under the thresholds of c; suffix follows.
-  function mod.reason_of(c, rule, n, of, suffix)
+  -- of, under the thresholds of c; suffix follows. A fleet's trip says how
+  -- many of its failures were stalled: st, the run's (c.stalled.run) or
+  -- the recent excursion's (c.rec.st); an outlier's reason passes none.
+  function mod.reason_of(c, rule, n, of, suffix, st)
     if rule == 'run' then
-      return string.format('consecutive failures %d >= %d', n, c.CONSECUTIVE_FAILURES) .. suffix
+      return string.format('consecutive failures %d >= %d', n, c.CONSECUTIVE_FAILURES) ..
+        stalled_of(st, n) .. suffix
     elseif rule == 'failures' then
       return string.format('failures %d/%d >= %s', n, of, percent(c.FAILURE_PERMILLE)) .. suffix
     elseif rule == 'recent' then
       return string.format('recent failures %d/%d, %d over %s', n, of,
-        math.floor((1000 * n - c.FAILURE_PERMILLE * of) / 1000), percent(c.FAILURE_PERMILLE)) .. suffix
+        math.floor((1000 * n - c.FAILURE_PERMILLE * of) / 1000), percent(c.FAILURE_PERMILLE)) ..
+        stalled_of(st, n) .. suffix
     elseif rule == 'recent_slow' then
       return string.format('recent slow calls %d/%d, %d over %s', n, of,
         math.floor((1000 * n - c.SLOW_PERMILLE * of) / 1000), percent(c.SLOW_PERMILLE)) .. suffix
     end
     return string.format('slow calls %d/%d >= %s', n, of, percent(c.SLOW_PERMILLE)) .. suffix
+  end
+
+  -- stalls is what c counts of stalled calls for a fleet's trip by rule.
+  function mod.stalls(c, rule)
+    if rule == 'run' then
+      return c.stalled.run
+    elseif rule == 'recent' then
+      return c.rec.st
+    end
+    return 0
   end
 
   -- reporters reads a reporters field (false: none) as a list of {id,
@@ -524,7 +548,7 @@ local function replicas_module()
       elseif #out > 1 then
         suffix = string.format(', leaving out %d replicas', #out)
       end
-      return mod.reason_of(c, rule, n, of, suffix)
+      return mod.reason_of(c, rule, n, of, suffix, mod.stalls(c, rule))
     end
 
     -- crossings adds to at where, within a run of n successes of the

@@ -70,6 +70,7 @@ var stateFields = []stateField{
 	{name: "open_for", integer: true},
 	{name: "open_until", integer: true},
 	{name: "consecutive_failures", integer: true},
+	{name: "consecutive_stalls", integer: true, zero: "0"},
 	{name: "probe_successes", integer: true},
 	{name: "expires_at", integer: true},
 	{name: "gc_until", integer: true, zero: "0"},

@@ -76,6 +76,7 @@ local function restart(s, state, fields)
   s.state = state
   s.generation = next_generation(s.generation)
   s.open_for, s.open_until, s.consecutive_failures, s.probe_successes, s.recovered_at = 0, 0, 0, 0, 0
+  s.consecutive_stalls = 0
   for k, v in pairs(fields or {}) do
     s[k] = v
   end
