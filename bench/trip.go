@@ -57,6 +57,19 @@ type TripConfig struct {
 	// Stagger, when set, starts the replicas' calls over this long
 	// instead of together; the dependency's clock starts with the first.
 	Stagger time.Duration
+	// Stall, when set, makes the outage a stall: the calls it would fail,
+	// and every call of a bad replica, hang instead, answering nothing
+	// until their context ends (Deadline, or the run's). The noise still
+	// fails at once.
+	Stall bool
+	// Deadline, when set, is each call's deadline; 0: none but the run's
+	// end.
+	Deadline time.Duration
+	// Latency, when set, is how long the dependency takes to answer a
+	// call (a slow call's SlowBy on top): log-normal, Latency its median
+	// and LatencySigma its sigma; sigma 0: every call takes Latency.
+	Latency      time.Duration
+	LatencySigma float64
 	// Peers runs, beside each replica's Breaker, local breakers of other
 	// libraries at their defaults (localGobreaker, localFailsafe), each
 	// calling at the same rate, meeting the same dependency, on its own.
@@ -89,10 +102,13 @@ type TripBreakerRow struct {
 	// SparedRejected is the calls rejected while the dependency was down
 	// of the replicas a zone outage spared: calls it would have served.
 	SparedRejected int64
-	// BadFailures is, per bad replica, its failing calls before its first
-	// rejection, summed over its starts (-1: never rejected); BadRejected
-	// its rejected calls; BadStarts how many breakers they started.
+	// BadFailures is, per bad replica, its failing (or hung) calls before
+	// its first rejection, summed over its starts (-1: never rejected);
+	// BadStopped when it first rejected, from its first start (-1:
+	// never); BadRejected their rejected calls; BadStarts how many
+	// breakers they started.
 	BadFailures []int64
+	BadStopped  []time.Duration
 	BadRejected int64
 	BadStarts   int64
 	// Recovery is what the breaker did once the dependency recovered,
@@ -102,13 +118,15 @@ type TripBreakerRow struct {
 
 // TripStop is how the replicas that fail not alone stopped calling a
 // dependency that went down: the first and the last one's first rejected
-// call from when it went down (-1: never), and the failing (or slow)
-// calls the dependency served from then until each replica's first
+// call from when it went down (-1: never), and the failing (or slow, or
+// hung) calls the dependency served from then until each replica's first
 // rejection, or the outage's end for a replica that never rejected,
-// summed.
+// summed. In a stall, Hung is every call let through into it, before the
+// replicas stopped and after (their probes): the calls into the hole.
 type TripStop struct {
 	FirstStopped, LastStopped time.Duration
 	Absorbed                  int64
+	Hung                      int64 `json:",omitzero"`
 }
 
 const tripScope = "/cbtripsim.Dependency/Call"
@@ -156,6 +174,18 @@ func (cfg TripConfig) validate() error {
 		return bad("Relapse", "must be 0 (no relapse) or positive", cfg.Relapse)
 	case cfg.Relapse > 0 && cfg.Recover == 0:
 		return bad("Relapse", "must be 0 unless Recover is set: a relapse follows a recovery", cfg.Relapse)
+	case cfg.Stall && cfg.Down == 0 && cfg.Bad == 0:
+		return bad("Stall", "must be off when nothing fails (Down 0, no Bad replica)", cfg.Stall)
+	case cfg.Stall && cfg.SlowShare > 0:
+		return bad("SlowShare", "must be 0 in a stall", cfg.SlowShare)
+	case cfg.Stall && cfg.Bad > 0 && cfg.BadRate == 0:
+		return bad("BadRate", "must be positive in a stall: a tight loop would wait on each hung call", cfg.BadRate)
+	case cfg.Deadline < 0:
+		return bad("Deadline", "must be 0 (none) or positive", cfg.Deadline)
+	case cfg.Latency < 0:
+		return bad("Latency", "must be 0 (none) or positive", cfg.Latency)
+	case cfg.LatencySigma < 0 || (cfg.LatencySigma > 0 && cfg.Latency == 0):
+		return bad("LatencySigma", "must be 0, or positive with a Latency", cfg.LatencySigma)
 	}
 	return nil
 }
@@ -199,11 +229,15 @@ func RunTrip(ctx context.Context, target Target, cfg TripConfig) (TripRow, error
 	loops := make([][]*tripLoop, len(kinds))
 	for k, kind := range kinds {
 		for i := range cfg.Replicas {
-			loops[k] = append(loops[k], newTripLoop(kind, i, i < cfg.Bad, dep, cfg.BadRestart))
+			loops[k] = append(loops[k], newTripLoop(kind, i, cfg, dep))
 		}
 	}
-	runCtx, stop := context.WithTimeout(ctx, cfg.Spell+cfg.Down+cfg.Recover+cfg.Relapse)
+	// Cancelled, not timed out, at the end: the calls still hanging then
+	// are cancelled, which cbgrpc does not count, rather than failed.
+	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	end := time.AfterFunc(cfg.Spell+cfg.Down+cfg.Recover+cfg.Relapse, stop)
+	defer end.Stop()
 	var (
 		wg    sync.WaitGroup
 		errMu sync.Mutex

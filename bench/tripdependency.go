@@ -2,10 +2,12 @@ package bench
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 )
 
 // tripDependency is the stub dependency of a trip run: what it does with
@@ -20,11 +22,15 @@ type tripDependency struct {
 	slowBy                    time.Duration
 	downFor, recover, relapse time.Duration
 	downReplicas, bad         int
+	stall                     bool
+	latency                   time.Duration // the median
+	sigma                     float64
 }
 
 func newTripDependency(cfg TripConfig) tripDependency {
 	d := tripDependency{noise: cfg.Noise, share: cfg.Share, rampUp: cfg.RampUp, slowShare: cfg.SlowShare, slowBy: cfg.SlowBy,
-		downFor: cfg.Down, recover: cfg.Recover, relapse: cfg.Relapse, downReplicas: cfg.DownReplicas, bad: cfg.Bad}
+		downFor: cfg.Down, recover: cfg.Recover, relapse: cfg.Relapse, downReplicas: cfg.DownReplicas, bad: cfg.Bad,
+		stall: cfg.Stall, latency: cfg.Latency, sigma: cfg.LatencySigma}
 	if d.share == 0 {
 		d.share = 1
 	}
@@ -59,20 +65,35 @@ func (d tripDependency) phase(since time.Duration) (tripPhase, time.Duration) {
 	return phaseRelapsed, since - d.downFor - d.recover
 }
 
-// answer is what the dependency does with one call.
+// answer is what the dependency does with one call: it takes latency,
+// and slow more in a latency brownout, then fails or succeeds; or it hangs,
+// answering nothing until the call's context ends.
 type answer struct {
-	fail bool
-	slow time.Duration
+	fail    bool
+	slow    time.Duration
+	hang    bool
+	latency time.Duration
 }
 
 // answer draws the answer to a call of replica i made at since, counted
-// from when the dependency went down (negative: before). A relapse is the
-// outage again, ramp included.
+// from when the dependency went down (negative: before).
 func (d tripDependency) answer(i int, since time.Duration) answer {
+	a := d.outcome(i, since)
+	if !a.hang && d.latency > 0 {
+		// Log-normal: the median times e to a normal draw of sigma.
+		a.latency = time.Duration(float64(d.latency) * math.Exp(d.sigma*rand.NormFloat64()))
+	}
+	return a
+}
+
+// outcome draws what the dependency does with a call of replica i made at
+// since, but for its latency. A relapse is the outage again, ramp
+// included; in a stall the calls it fails hang instead.
+func (d tripDependency) outcome(i int, since time.Duration) answer {
 	phase, into := d.phase(since)
 	switch {
 	case i < d.bad:
-		return answer{fail: true}
+		return answer{fail: !d.stall, hang: d.stall}
 	case phase == phaseHealthy || phase == phaseRecovered || d.spared(i):
 		return answer{fail: rand.Float64() < d.noise}
 	case d.slowShare > 0:
@@ -86,6 +107,13 @@ func (d tripDependency) answer(i int, since time.Duration) answer {
 	if into < d.rampUp {
 		share *= float64(into) / float64(d.rampUp)
 	}
+	if d.stall {
+		// The noise fails at once, as before the stall.
+		if rand.Float64() < share {
+			return answer{hang: true}
+		}
+		return answer{fail: rand.Float64() < d.noise}
+	}
 	// The noise goes on under a brownout that fails fewer calls than it.
 	return answer{fail: rand.Float64() < max(share, d.noise)}
 }
@@ -93,21 +121,38 @@ func (d tripDependency) answer(i int, since time.Duration) answer {
 // spared says whether replica i is outside the zone that meets the outage.
 func (d tripDependency) spared(i int) bool { return i >= d.bad && i-d.bad >= d.downReplicas }
 
-// invoker answers the call as a, taking a.slow unless ctx ends first.
-func (a answer) invoker() grpc.UnaryInvoker {
+// invoker answers the call as a, calling let first: let through, the
+// call has reached the dependency.
+func (a answer) invoker(let func()) grpc.UnaryInvoker {
 	return func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
-		if a.slow > 0 {
-			t := time.NewTimer(a.slow)
-			defer t.Stop()
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-t.C:
-			}
+		let()
+		if err := a.wait(ctx); err != nil {
+			return err
 		}
 		if a.fail {
 			return errDependency
 		}
+		return nil
+	}
+}
+
+// wait takes the answer's time, forever if it hangs, unless ctx ends
+// first; then it returns the error gRPC returns.
+func (a answer) wait(ctx context.Context) error {
+	took := a.latency + a.slow
+	if !a.hang && took == 0 {
+		return nil
+	}
+	var done <-chan time.Time // nil: forever
+	if !a.hang {
+		t := time.NewTimer(took)
+		defer t.Stop()
+		done = t.C
+	}
+	select {
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-done:
 		return nil
 	}
 }

@@ -19,6 +19,8 @@ type tripLoop struct {
 	dep  tripDependency
 	// restart, for a bad replica, is how often it restarts (0: never).
 	restart time.Duration
+	// deadline is each call's (0: none).
+	deadline time.Duration
 
 	mu              sync.Mutex
 	calls, rejected int64
@@ -34,20 +36,26 @@ type tripLoop struct {
 	served                            time.Duration
 	recoveredCalls, recoveredRejected int64
 	// For a bad replica: its failing calls before each start's first
-	// rejection, summed; seen, whether any start rejected; starts.
-	failures int64
-	seen     bool
-	starts   int64
+	// rejection, summed; seen, whether any start rejected, and
+	// badStopped its first rejected call, from when its first start
+	// began (-1: none); starts.
+	failures   int64
+	seen       bool
+	badStopped time.Duration
+	began      time.Time
+	starts     int64
 }
 
 // tripOutage is how one replica stopped in one outage. failedSince counts
-// the failing or slow calls served since it began; stopped is the first
-// rejection since then (-1: none yet), from when it began, and absorbed
-// the count at that moment.
+// the failing, slow or hung calls served since it began; stopped is the
+// first rejection since then (-1: none yet), from when it began, and
+// absorbed the count at that moment; hung counts the hung calls let
+// through, before and after.
 type tripOutage struct {
 	failedSince int64
 	stopped     time.Duration
 	absorbed    int64
+	hung        int64
 }
 
 // tripStart is one start of a replica's breaker; a replica that restarts
@@ -61,11 +69,12 @@ type tripStart struct {
 	rejected bool
 }
 
-func newTripLoop(kind tripBreaker, i int, bad bool, dep tripDependency, restart time.Duration) *tripLoop {
-	if !bad {
-		restart = 0
+// newTripLoop makes replica i's loop of a run of cfg.
+func newTripLoop(kind tripBreaker, i int, cfg TripConfig, dep tripDependency) *tripLoop {
+	l := &tripLoop{kind: kind, i: i, bad: i < cfg.Bad, dep: dep, deadline: cfg.Deadline, served: -1, badStopped: -1}
+	if l.bad {
+		l.restart = cfg.BadRestart
 	}
-	l := &tripLoop{kind: kind, i: i, bad: bad, dep: dep, restart: restart, served: -1}
 	for k := range l.outages {
 		l.outages[k].stopped = -1
 	}
@@ -80,6 +89,9 @@ func (l *tripLoop) begin() (*tripStart, error) {
 	call, end, err := l.kind.start(id)
 	if err != nil {
 		return nil, fmt.Errorf("%s breaker of %s: %w", l.kind.name, id, err)
+	}
+	if l.starts == 0 {
+		l.began = time.Now()
 	}
 	l.starts++
 	return &tripStart{call: call, end: end}, nil
@@ -151,8 +163,19 @@ func (l *tripLoop) run(ctx context.Context, rate float64, offset time.Duration, 
 // call makes one call at since and counts what it met; it reports whether
 // the breaker rejected it.
 func (l *tripLoop) call(ctx context.Context, s *tripStart, since time.Duration) bool {
+	made := time.Now()
 	a := l.dep.answer(l.i, since)
-	err := s.call(ctx, tripScope, nil, nil, nil, a.invoker())
+	if l.deadline > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.deadline)
+		defer cancel()
+	}
+	let := func() {
+		if a.hang {
+			l.hung(s, since)
+		}
+	}
+	err := s.call(ctx, tripScope, nil, nil, nil, a.invoker(let))
 	rejected := l.kind.rejected(err)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -161,7 +184,7 @@ func (l *tripLoop) call(ctx context.Context, s *tripStart, since time.Duration) 
 		l.rejected++
 	}
 	if l.bad {
-		l.countBad(s, a, rejected)
+		l.countBad(s, a, rejected, made)
 		return rejected
 	}
 	switch phase, into := l.dep.phase(since); phase {
@@ -202,16 +225,43 @@ func (l *tripLoop) call(ctx context.Context, s *tripStart, since time.Duration) 
 	return rejected
 }
 
-// countBad counts a call of a bad replica: its start's failures until the
-// start's first rejection.
-func (l *tripLoop) countBad(s *tripStart, a answer, rejected bool) {
+// hung counts a call made at since that hangs as it is let through: it
+// returns only when its context ends, after its replica may have
+// stopped.
+func (l *tripLoop) hung(s *tripStart, since time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.bad {
+		s.failed++
+		return
+	}
+	switch phase, _ := l.dep.phase(since); phase {
+	case phaseDown:
+		l.outages[0].failedSince++
+		l.outages[0].hung++
+	case phaseRelapsed:
+		l.outages[1].failedSince++
+		l.outages[1].hung++
+	}
+}
+
+// countBad counts a call of a bad replica made at made: its start's
+// failures until the start's first rejection (its hung calls counted as
+// they were let through), and when it first rejected.
+func (l *tripLoop) countBad(s *tripStart, a answer, rejected bool, made time.Time) {
 	switch {
 	case !rejected:
 		if a.fail {
 			s.failed++
 		}
+		return
 	case !s.rejected:
 		s.rejected, l.seen = true, true
 		l.failures += s.failed
+	}
+	// Calls run each in a goroutine: the first made may be counted after
+	// a later one.
+	if at := made.Sub(l.began); l.badStopped < 0 || at < l.badStopped {
+		l.badStopped = at
 	}
 }

@@ -11,6 +11,7 @@ func summarize(name string, loops []*tripLoop, cfg TripConfig) TripBreakerRow {
 				n = l.failures
 			}
 			row.BadFailures = append(row.BadFailures, n)
+			row.BadStopped = append(row.BadStopped, l.badStopped)
 			row.BadRejected += l.rejected
 			row.BadStarts += l.starts
 			continue
@@ -35,6 +36,7 @@ func stopOf(loops []*tripLoop, k int) TripStop {
 			continue
 		}
 		o := l.outages[k]
+		st.Hung += o.hung
 		if o.stopped < 0 {
 			everyone = false
 			st.Absorbed += o.failedSince
