@@ -16,8 +16,9 @@ import (
 // healthy spell, and when some of its replicas fail alone. Replicas are
 // real Breakers, each with its own go-redis client, replica ID and Redis
 // coordinator, calling one scope at a fixed rate through the unary
-// interceptor to a stub dependency; with Peers, local breakers of other
-// libraries beside each.
+// interceptor to a stub dependency (with Stream, through the stream
+// interceptor to a gRPC server on loopback); with Peers, local breakers of
+// other libraries beside each.
 type TripConfig struct {
 	Replicas int
 	Rate     float64            // calls per second of each replica that fails not alone
@@ -70,10 +71,17 @@ type TripConfig struct {
 	// and LatencySigma its sigma; sigma 0: every call takes Latency.
 	Latency      time.Duration
 	LatencySigma float64
+	// Stream makes each call a server-streaming call to a gRPC server on
+	// loopback (each replica with its own connection), through the
+	// breakers' stream interceptors: the server sends one message, or
+	// fails before it, or withholds it while the call hangs.
+	Stream bool
 	// Peers runs, beside each replica's Breaker, local breakers of other
 	// libraries at their defaults (localGobreaker, localFailsafe), each
 	// calling at the same rate, meeting the same dependency, on its own.
-	// They count no slow calls: a latency brownout takes none.
+	// They count no slow calls: a latency brownout takes none. Neither
+	// has a stream interceptor: with Stream, each judges a stream by its
+	// first message (firstMessage).
 	Peers bool
 }
 
@@ -225,11 +233,20 @@ func RunTrip(ctx context.Context, target Target, cfg TripConfig) (TripRow, error
 	if cfg.Peers {
 		kinds = append(kinds, localGobreaker(), localFailsafe())
 	}
+	var server *tripServer
+	if cfg.Stream {
+		var err error
+		if server, err = startTripServer(); err != nil {
+			return TripRow{}, err
+		}
+		// At the return, once the loops and their calls have ended.
+		defer server.stop()
+	}
 	dep := newTripDependency(cfg)
 	loops := make([][]*tripLoop, len(kinds))
 	for k, kind := range kinds {
 		for i := range cfg.Replicas {
-			loops[k] = append(loops[k], newTripLoop(kind, i, cfg, dep))
+			loops[k] = append(loops[k], newTripLoop(kind, i, cfg, dep, server))
 		}
 	}
 	// Cancelled, not timed out, at the end: the calls still hanging then

@@ -19,8 +19,10 @@ type tripLoop struct {
 	dep  tripDependency
 	// restart, for a bad replica, is how often it restarts (0: never).
 	restart time.Duration
-	// deadline is each call's (0: none).
+	// deadline is each call's (0: none); server, with Stream, the
+	// dependency's server (nil: calls go to a stub invoker).
 	deadline time.Duration
+	server   *tripServer
 
 	mu              sync.Mutex
 	calls, rejected int64
@@ -61,17 +63,19 @@ type tripOutage struct {
 // tripStart is one start of a replica's breaker; a replica that restarts
 // has several, one at a time.
 type tripStart struct {
-	call     grpc.UnaryClientInterceptor
-	end      func()
+	tripClient
+	// conn is the start's connection to the server, with Stream.
+	conn     *grpc.ClientConn
 	inFlight sync.WaitGroup
 	// Under the loop's mu.
 	failed   int64
 	rejected bool
 }
 
-// newTripLoop makes replica i's loop of a run of cfg.
-func newTripLoop(kind tripBreaker, i int, cfg TripConfig, dep tripDependency) *tripLoop {
-	l := &tripLoop{kind: kind, i: i, bad: i < cfg.Bad, dep: dep, deadline: cfg.Deadline, served: -1, badStopped: -1}
+// newTripLoop makes replica i's loop of a run of cfg; server is nil
+// unless cfg.Stream.
+func newTripLoop(kind tripBreaker, i int, cfg TripConfig, dep tripDependency, server *tripServer) *tripLoop {
+	l := &tripLoop{kind: kind, i: i, bad: i < cfg.Bad, dep: dep, deadline: cfg.Deadline, server: server, served: -1, badStopped: -1}
 	if l.bad {
 		l.restart = cfg.BadRestart
 	}
@@ -86,15 +90,22 @@ func (l *tripLoop) begin() (*tripStart, error) {
 	if l.restart > 0 {
 		id = fmt.Sprintf("replica-%02d-start-%d", l.i, l.starts)
 	}
-	call, end, err := l.kind.start(id)
+	c, err := l.kind.start(id)
 	if err != nil {
 		return nil, fmt.Errorf("%s breaker of %s: %w", l.kind.name, id, err)
+	}
+	s := &tripStart{tripClient: c}
+	if l.server != nil {
+		if s.conn, err = l.server.dial(); err != nil {
+			c.end()
+			return nil, fmt.Errorf("%s: dial the dependency: %w", id, err)
+		}
 	}
 	if l.starts == 0 {
 		l.began = time.Now()
 	}
 	l.starts++
-	return &tripStart{call: call, end: end}, nil
+	return s, nil
 }
 
 // finish ends a start once its calls have returned, as a process that
@@ -103,6 +114,9 @@ func (l *tripLoop) begin() (*tripStart, error) {
 func (l *tripLoop) finish(s *tripStart) {
 	s.inFlight.Wait()
 	s.end()
+	if s.conn != nil {
+		s.conn.Close()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.bad && !s.rejected {
@@ -175,7 +189,12 @@ func (l *tripLoop) call(ctx context.Context, s *tripStart, since time.Duration) 
 			l.hung(s, since)
 		}
 	}
-	err := s.call(ctx, tripScope, nil, nil, nil, a.invoker(let))
+	var err error
+	if s.conn != nil {
+		err = a.stream(ctx, s.stream, s.conn, let)
+	} else {
+		err = s.unary(ctx, tripScope, nil, nil, nil, a.invoker(let))
+	}
 	rejected := l.kind.rejected(err)
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// TestTripStallSmoke stalls a small fleet's dependency for less than the
-// calls' deadline, so that no call that
+// TestTripStallSmoke stalls a small fleet's dependency, unary calls and
+// server streams, for less than the calls' deadline, so that no call that
 // reached it returns before the run ends. The local peers learn only from
 // calls that return: they never stop, and every call they let through
 // after the onset hung and counts as absorbed. The run cancels the calls
@@ -20,23 +20,32 @@ func TestTripStallSmoke(t *testing.T) {
 		rate     = 50
 		down     = 1500 * time.Millisecond
 	)
-	before := tripGoroutines()
-	row := runTrip(t, TripConfig{Replicas: replicas, Rate: rate, Spell: time.Second, Down: down, Stall: true, Deadline: 10 * time.Second, Peers: true})
-	noGoroutinesLeft(t, before)
-	if row.Hung == 0 || row.Hung < row.Absorbed || row.HealthyRejected != 0 {
-		t.Errorf("cbgrpc: %d calls into the hole, %d absorbed, %d healthy calls rejected; want some, at least the absorbed, none",
-			row.Hung, row.Absorbed, row.HealthyRejected)
-	}
-	if len(row.Peers) != 2 {
-		t.Fatalf("%d peer rows; want 2", len(row.Peers))
-	}
-	// Half the calls the outage should see, for a loaded machine.
-	least := int64(replicas * rate * down.Seconds() / 2)
-	for _, p := range row.Peers {
-		if p.LastStopped >= 0 || p.Hung < least || p.Absorbed != p.Hung || p.HealthyRejected != 0 {
-			t.Errorf("%s: last stopped %v, %d calls into the hole, %d absorbed, %d healthy calls rejected; want never stopped, at least %d into the hole, all absorbed, none rejected",
-				p.Breaker, p.LastStopped, p.Hung, p.Absorbed, p.HealthyRejected, least)
+	for _, stream := range []bool{false, true} {
+		name := "unary"
+		if stream {
+			name = "stream"
 		}
+		t.Run(name, func(t *testing.T) {
+			before := tripGoroutines()
+			row := runTrip(t, TripConfig{Replicas: replicas, Rate: rate, Spell: time.Second, Down: down, Stall: true, Deadline: 10 * time.Second,
+				Stream: stream, Peers: true})
+			noGoroutinesLeft(t, before)
+			if row.Hung == 0 || row.Hung < row.Absorbed || row.HealthyRejected != 0 {
+				t.Errorf("cbgrpc: %d calls into the hole, %d absorbed, %d healthy calls rejected; want some, at least the absorbed, none",
+					row.Hung, row.Absorbed, row.HealthyRejected)
+			}
+			if len(row.Peers) != 2 {
+				t.Fatalf("%d peer rows; want 2", len(row.Peers))
+			}
+			// Half the calls the outage should see, for a loaded machine.
+			least := int64(replicas * rate * down.Seconds() / 2)
+			for _, p := range row.Peers {
+				if p.LastStopped >= 0 || p.Hung < least || p.Absorbed != p.Hung || p.HealthyRejected != 0 {
+					t.Errorf("%s: last stopped %v, %d calls into the hole, %d absorbed, %d healthy calls rejected; want never stopped, at least %d into the hole, all absorbed, none rejected",
+						p.Breaker, p.LastStopped, p.Hung, p.Absorbed, p.HealthyRejected, least)
+				}
+			}
+		})
 	}
 }
 
