@@ -30,12 +30,13 @@
 //
 // [RunTrip] measures what a fleet's breaker decides when its dependency
 // goes down after a healthy spell, wholly or in part (a brownout of
-// errors or of latency, a zone), when it recovers and when it relapses,
+// errors or of latency, a zone), or stops answering (a stall, of unary
+// calls or of server streams), when it recovers and when it relapses,
 // and when a replica fails alone, beside gobreaker's and failsafe-go's
 // local breakers on the same dependency. Run every scenario, or some
 // groups, with
 //
-//	go run ./cmd/cbtripsim -only brownout,zone,recovery
+//	go run ./cmd/cbtripsim -only brownout,zone,recovery,stall
 //
 // cbrulesim measures the trip rules' statistics over hours of simulated
 // time, the in-process coordinator on a fake clock: how often a steady

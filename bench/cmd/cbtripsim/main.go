@@ -8,14 +8,17 @@
 // new replica ID; that small or slow fleets whose every replica fails
 // still trip; and, once the dependency recovers, how soon every replica
 // serves again, how many calls the fleet sent the dead dependency after it
-// stopped, and how it stops again if the dependency relapses. Replicas are
-// real Breakers (bench.RunTrip); beside each run local breakers of
-// gobreaker and failsafe-go at their defaults, on the same dependency, for
-// comparison.
+// stopped, and how it stops again if the dependency relapses; how fast it
+// stops calling a dependency that stops answering (a stall, of unary
+// calls or of server streams), and that a healthy dependency's slow calls
+// never trip it. Replicas are real Breakers (bench.RunTrip); beside each
+// run local breakers of gobreaker and failsafe-go at their defaults, on
+// the same dependency, for comparison.
 //
 //	go run ./cmd/cbtripsim                 # every scenario at the default policy
 //	go run ./cmd/cbtripsim -only brownout,zone -md trip.md
 //	go run ./cmd/cbtripsim -only recovery -md recovery.md
+//	go run ./cmd/cbtripsim -only stall -md stall.md
 package main
 
 import (
@@ -31,7 +34,7 @@ import (
 )
 
 func main() {
-	only := flag.String("only", "", "scenario groups to run, separated by commas (onset, noise, alone, small, brownout, zone, restart, lowrate, recovery, ramp); empty: all")
+	only := flag.String("only", "", "scenario groups to run, separated by commas (onset, noise, alone, small, brownout, zone, restart, lowrate, recovery, ramp, stall); empty: all")
 	mdPath := flag.String("md", "", "also write the table as markdown here")
 	jsonPath := flag.String("json", "", "write the rows as JSON here")
 	flag.Parse()

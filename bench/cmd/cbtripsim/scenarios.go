@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/bench"
@@ -112,9 +113,32 @@ func scenarios() []scenario {
 		cfg.Policy = ramped
 		out = append(out, scenario{"ramp", "8 x 50/s, 5% noise for a window, down for 20s, " + r.name + ", RampFor 5s", cfg})
 	}
+	out = append(out, stalls(window)...)
 	// The peers count no slow calls.
 	for i := range out {
 		out[i].cfg.Peers = out[i].cfg.SlowShare == 0
 	}
 	return out
+}
+
+// stalls are the runs of a dependency that stops answering, and of a
+// healthy one that answers slowly, which its stalls must not be taken
+// for. Calls have 10 s deadlines, as callers of a dependency that may
+// stall set them.
+func stalls(window time.Duration) []scenario {
+	const deadline = 10 * time.Second
+	stall := bench.TripConfig{Replicas: 8, Rate: 50, Spell: window, Down: 12 * time.Second, Stall: true, Deadline: deadline, Stagger: 20 * time.Millisecond}
+	streams := stall
+	streams.Stream = true
+	// A p99 of 20 times the median: 2.326 is the normal's 99th percentile.
+	longTail := bench.TripConfig{Replicas: 8, Rate: 50, Spell: 2 * window, Latency: 5 * time.Millisecond, LatencySigma: math.Log(20) / 2.326, Deadline: deadline}
+	slow := bench.TripConfig{Replicas: 8, Rate: 50, Spell: 2 * window, Latency: 2 * time.Second, Deadline: deadline}
+	alone := bench.TripConfig{Replicas: 8, Rate: 50, Spell: 20 * time.Second, Bad: 1, BadRate: 50, Stall: true, Deadline: deadline}
+	return []scenario{
+		{"stall", "8 x 50/s healthy for a window, then stalled for 12s, 10s deadlines", stall},
+		{"stall", "8 x 50/s server streams healthy for a window, then stalled before the first message for 12s, 10s deadlines", streams},
+		{"stall", "8 x 50/s healthy for two windows, latency log-normal: median 5ms, p99 100ms", longTail},
+		{"stall", "8 x 50/s healthy for two windows, every call taking 2s", slow},
+		{"stall", "1 of 8 whose own calls hang at 50/s, 10s deadlines, for 20s", alone},
+	}
 }

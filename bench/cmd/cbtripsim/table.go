@@ -22,9 +22,9 @@ func ms(d time.Duration) string {
 }
 
 func (r row) line() string {
-	s := fmt.Sprintf("%s: %s, trips %q, outliers %d", r.Name, brief(r.TripBreakerRow), r.Trips, len(r.Outliers))
+	s := fmt.Sprintf("%s: %s, trips %q, outliers %d", r.Name, brief(r.Config, r.TripBreakerRow), r.Trips, len(r.Outliers))
 	for _, p := range r.Peers {
-		s += "; " + p.Breaker + ": " + brief(p)
+		s += "; " + p.Breaker + ": " + brief(r.Config, p)
 	}
 	if r.Config.Recover > 0 {
 		s += "; after the recovery, " + r.Breaker + ": " + briefRecovery(r.Config, r.TripBreakerRow.Recovery)
@@ -35,9 +35,29 @@ func (r row) line() string {
 	return s
 }
 
-func brief(b bench.TripBreakerRow) string {
-	return fmt.Sprintf("stopped %s..%s, absorbed %d, healthy rejected %d of %d, bad failures %v (rejected %d)",
+func brief(cfg bench.TripConfig, b bench.TripBreakerRow) string {
+	s := fmt.Sprintf("stopped %s..%s, absorbed %d, healthy rejected %d of %d, bad failures %v (rejected %d)",
 		ms(b.FirstStopped), ms(b.LastStopped), b.Absorbed, b.HealthyRejected, b.HealthyCalls, b.BadFailures, b.BadRejected)
+	if cfg.Stall {
+		s += fmt.Sprintf(", %d calls into the hole", b.Hung)
+	}
+	if cfg.Stall && cfg.Bad > 0 {
+		s += ", bad replicas " + stoppedAt(b.BadStopped)
+	}
+	return s
+}
+
+// stoppedAt says when each bad replica stopped itself.
+func stoppedAt(at []time.Duration) string {
+	var each []string
+	for _, d := range at {
+		if d < 0 {
+			each = append(each, "never stopped")
+			continue
+		}
+		each = append(each, "stopped "+ms(d)+" after it started")
+	}
+	return strings.Join(each, ", ")
 }
 
 func briefRecovery(cfg bench.TripConfig, r bench.TripRecovery) string {
@@ -94,12 +114,18 @@ func cells(cfg bench.TripConfig, b bench.TripBreakerRow) string {
 			// Counted until the outage's end for the replicas that never stopped.
 			absorbed = "≥ " + absorbed
 		}
+		if cfg.Stall {
+			absorbed += fmt.Sprintf("; %d hung calls into the hole in all", b.Hung)
+		}
 	}
 	bad := "–"
 	if len(b.BadFailures) > 0 {
 		bad = strings.Trim(fmt.Sprint(b.BadFailures), "[]")
 		if cfg.BadRestart > 0 {
 			bad += fmt.Sprintf(" over %d starts", b.BadStarts)
+		}
+		if cfg.Stall {
+			bad += "; " + stoppedAt(b.BadStopped)
 		}
 	}
 	healthy := fmt.Sprintf("%d of %d", b.HealthyRejected, b.HealthyCalls)
