@@ -42,15 +42,19 @@ const dryRunTolerance = 0.25
 // calls is rejected, and what it would have rejected is what the
 // enforcing fleet rejected, within dryRunTolerance.
 func TestDryRunFleetWouldRejectWhatAnEnforcingFleetRejects(t *testing.T) {
-	for _, kind := range []struct {
-		name string
-		make func(t *testing.T) coordinator.Coordinator
-	}{
-		{"memory", func(*testing.T) coordinator.Coordinator { return memory.New() }},
-		{"redis", func(t *testing.T) coordinator.Coordinator { return cbredis.New(redistest.Start(t).Client(t)) }},
-	} {
+	for _, kind := range fleetCoordinators {
 		t.Run(kind.name, func(t *testing.T) { testDryRunFleet(t, kind.make(t)) })
 	}
+}
+
+// fleetCoordinators are the coordinators a fleet test runs over: the
+// in-process one, and one over a redis-server of the test's own.
+var fleetCoordinators = []struct {
+	name string
+	make func(t *testing.T) coordinator.Coordinator
+}{
+	{"memory", func(*testing.T) coordinator.Coordinator { return memory.New() }},
+	{"redis", func(t *testing.T) coordinator.Coordinator { return cbredis.New(redistest.Start(t).Client(t)) }},
 }
 
 func testDryRunFleet(t *testing.T, c coordinator.Coordinator) {

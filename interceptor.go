@@ -97,6 +97,9 @@ func New(c coordinator.Coordinator, opts ...Option) (*Breaker, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	b.stop = stop
 	b.goBackground(func() { b.forgetIdle(ctx) })
+	if cfg.stallAfter != StallsOff {
+		b.goBackground(func() { b.watchStalls(ctx) })
+	}
 	warm := b.warmUp()
 	var share *sharing
 	if ctl, ok := c.(coordinator.Controller); ok {
@@ -287,6 +290,13 @@ type call struct {
 	// row is the scope's row of the table when the call was admitted
 	// (nil: none), whose run of failures a success ends (verdict.go).
 	row *known
+	// watch is the scope's stall watch, and tick the tick the call took
+	// off in (0: not watched), for a call admitted closed (stall.go);
+	// unwatched: the call may wait for its caller before any answer (a
+	// client or bidi stream), and is never stalled.
+	watch     *stallWatch
+	tick      int64
+	unwatched bool
 }
 
 // admit decides whether c runs, and notes in c what becomes of its
@@ -489,6 +499,9 @@ func (b *Breaker) result(ctx context.Context, c *call, d *decision) error {
 		c.fate, c.untimed, c.slowAfter = recorded, d.policy.SlowCallDuration == 0, d.policy.SlowCallDuration
 	}
 	c.start, c.row = d.start, d.row
+	if c.fate == recorded && !c.unwatched {
+		b.takeOff(c)
+	}
 	return nil
 }
 
@@ -509,9 +522,26 @@ func (b *Breaker) finish(ctx context.Context, c *call, err error) Class {
 	if c.fate == unprotected {
 		return Ignore
 	}
+	var end instant
+	if !c.untimed {
+		end = instantNow()
+	}
+	return b.finishArrived(ctx, c, err, end, c.arrive(end))
+}
+
+// finishArrived is finish for a call that arrived (stall.go) before it
+// ended, at end (zero: unread) when it is timed; stalled says it was
+// reported stalled, and its outcome is not sent again.
+func (b *Breaker) finishArrived(ctx context.Context, c *call, err error, end instant, stalled bool) Class {
+	if c.fate == unprotected {
+		return Ignore
+	}
 	var d time.Duration
 	if !c.untimed {
-		d = instantNow().Sub(c.start)
+		if end == 0 {
+			end = instantNow()
+		}
+		d = end.Sub(c.start)
 	}
 	class := Ignore
 	// Our own rejection (from another Breaker further down the chain) says
@@ -520,8 +550,9 @@ func (b *Breaker) finish(ctx context.Context, c *call, err error) Class {
 		class = b.classify(ctx, c.classifier, c.method, err)
 	}
 	switch {
-	case class == Ignore:
-		// An ignored probe is not settled: its lease frees the slot.
+	case class == Ignore, stalled:
+		// An ignored probe is not settled: its lease frees the slot. A
+		// stalled call was sent as a failure while it ran.
 		return class
 	case c.fate == unadmitted:
 		b.tel.drop(c.scope, dropUnadmitted, 1)

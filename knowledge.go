@@ -77,6 +77,9 @@ type known struct {
 	// calls wait for (verdict.go).
 	run     atomic.Int64
 	verdict atomic.Pointer[verdict]
+	// stalls watches the scope's calls in flight (stall.go); nil until
+	// one is watched.
+	stalls atomic.Pointer[stallWatch]
 	// pushed is the highest generation of the scope's calls for which a
 	// server's pushback reached the coordinator (pushback.go): the rest
 	// of a burst has nothing left to change.

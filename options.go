@@ -115,6 +115,9 @@ type config struct {
 	// panic (classify).
 	plainClassifier bool
 	dryRun          bool // rejects nothing (dryrun.go)
+	// stallAfter is WithStallAfter's, when set (stall.go).
+	stallAfter    time.Duration
+	stallAfterSet bool
 }
 
 func newConfig(opts []Option) config {
@@ -185,6 +188,9 @@ func (c *config) validate() error {
 		if err := checkMethod("WithExcludedMethods", m); err != nil {
 			return err
 		}
+	}
+	if err := validStallAfter(c); err != nil {
+		return err
 	}
 	return c.pushback.validate()
 }

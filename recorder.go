@@ -51,7 +51,7 @@ type item struct {
 // waiting for no verdict and not urgent.
 func (it *item) plain() bool {
 	return it.claim == "" && it.verdict == nil && !it.urgent && !it.caller.IsValid() &&
-		!it.outcome.Failure && it.outcome.Duration == 0
+		!it.outcome.Failed() && it.outcome.Duration == 0
 }
 
 // batch is what the recorder holds for one scope.
@@ -249,7 +249,7 @@ func (r *recorder) take(it item) {
 			bt.callers = append(bt.callers, it.caller)
 		}
 	}
-	if it.outcome.Failure || it.urgent {
+	if it.outcome.Failed() || it.urgent {
 		bt.urgent = true
 	}
 }
@@ -341,7 +341,7 @@ func (r *recorder) send(scope string, bt *batch) {
 	bt.verdicts = kept
 	bt.urgent = false
 	for _, o := range bt.outcomes {
-		if o.Failure {
+		if o.Failed() {
 			bt.urgent = true
 			break
 		}
@@ -490,7 +490,7 @@ func blame(outcomes []coordinator.Outcome, callers []trace.SpanContext, a answer
 	}
 	counted := func(i int) bool {
 		o := outcomes[i]
-		return (gen == 0 || o.Generation == gen) && (o.Failure || p.IsSlow(o.Duration))
+		return (gen == 0 || o.Generation == gen) && (o.Failed() || p.IsSlow(o.Duration))
 	}
 	cause := -1
 	for i := last; i >= 0 && cause < 0; i-- {

@@ -47,6 +47,7 @@ func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
 		if c.scope == "" {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
+		c.unwatched = desc.ClientStreams
 		if err := b.letThrough(&c, b.admit(ctx, &c)); err != nil {
 			return nil, err
 		}
@@ -74,10 +75,22 @@ type streamEnd struct {
 	b        *Breaker
 	ctx      context.Context
 	c        call
+	// arrived notes, once, that the stream's first message or header
+	// came, or it ended: a stream is stalled only while it waits for
+	// either (stall.go); stalled says it was reported so by then.
+	arrived sync.Once
+	stalled bool
 }
 
 func (e *streamEnd) done(err error) {
-	e.once.Do(func() { e.b.finish(e.ctx, &e.c, err) })
+	e.once.Do(func() { e.b.finishArrived(e.ctx, &e.c, err, 0, e.arrive()) })
+}
+
+// arrive notes that the stream's answer began, and reports whether it was
+// reported stalled before.
+func (e *streamEnd) arrive() bool {
+	e.arrived.Do(func() { e.stalled = e.c.arrive(0) })
+	return e.stalled
 }
 
 // statusRead takes the stream's status as RecvMsg returned it, with its
@@ -98,6 +111,7 @@ type clientStream struct {
 
 func (s *clientStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
+	s.end.arrive()
 	switch {
 	case err == io.EOF:
 		s.end.done(nil)
@@ -123,6 +137,7 @@ func (s *clientStream) SendMsg(m any) error {
 
 func (s *clientStream) Header() (md metadata.MD, err error) {
 	md, err = s.ClientStream.Header()
+	s.end.arrive()
 	if err != nil {
 		s.end.done(err)
 	}

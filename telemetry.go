@@ -94,6 +94,7 @@ type telemetry struct {
 	latency     metric.Float64Histogram
 	errors      metric.Int64Counter
 	feedLosses  metric.Int64Counter
+	stallsSent  metric.Int64Counter
 	// states is observed from the table at each collection, until
 	// observing is unregistered.
 	states    metric.Int64ObservableGauge
@@ -157,6 +158,11 @@ func newTelemetry(c *config, k *knowledge) (*telemetry, error) {
 	if t.feedLosses, err = m.Int64Counter("cbgrpc.feed.losses",
 		metric.WithDescription("Times the coordinator's transition feed could not be opened or broke; the admission cache is dropped each time."),
 		metric.WithUnit("{loss}")); err != nil {
+		return nil, err
+	}
+	if t.stallsSent, err = m.Int64Counter("cbgrpc.stalls",
+		metric.WithDescription("Calls this replica reported to the coordinator as stalled: still running past how long the scope's calls take when healthy. Each counts there as a failure; cbgrpc.decisions does not count them again."),
+		metric.WithUnit("{call}")); err != nil {
 		return nil, err
 	}
 	if t.states, err = m.Int64ObservableGauge("cbgrpc.state",
@@ -263,6 +269,11 @@ func (t *telemetry) decision(ctx context.Context, c *call, v coordinator.Verdict
 
 func (t *telemetry) feedLost(ctx context.Context, err error) {
 	t.feedLosses.Add(ctx, 1, metric.WithAttributes(append([]attribute.KeyValue{attrErrorType.String(errorKind(err))}, t.base...)...))
+}
+
+// stalls counts n calls of scope reported stalled.
+func (t *telemetry) stalls(scope string, n int64) {
+	t.stallsSent.Add(context.Background(), n, t.attrs(scope))
 }
 
 func (t *telemetry) drop(scope, reason string, n int) {

@@ -83,7 +83,7 @@ func (r *recorder) add(it *item) {
 		return
 	}
 	*list = append(*list, *it)
-	now := it.claim != "" || it.outcome.Failure || it.urgent || len(*list) >= r.kickAt
+	now := it.claim != "" || it.outcome.Failed() || it.urgent || len(*list) >= r.kickAt
 	s.mu.Unlock()
 	if now {
 		r.wake()

@@ -86,6 +86,16 @@ type Policy struct {
 //   - Outliers 1: one replica failing alone, markedly more than the rest,
 //     opens the breaker for itself, never for the fleet.
 //   - Slow-call rule off: what counts as slow depends on the method.
+//   - Stalls (the client's side of the rules): a call still running past
+//     how long the scope's calls take when healthy is reported while it
+//     runs, as a stalled call (Outcome.Stalled), which every rule counts
+//     as a failure, so that a dependency that stops answering trips within
+//     a second instead of at its callers' deadlines. The threshold is
+//     SlowCallDuration when set, else learned by each replica from its
+//     calls' latency (three times the top of the p99's octave, at least
+//     100ms); a trip by stalls says "N stalled" in its reason.
+//     cbgrpc.WithStallAfter sets the threshold, or turns the watch off
+//     with cbgrpc.StallsOff.
 //   - OpenFor 1s and Probes 1: the fleet shares one probe budget, so it can
 //     afford to look for a recovery every second, a call a second into a
 //     dependency that stays down whatever the number of replicas

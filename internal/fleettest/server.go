@@ -2,6 +2,7 @@ package fleettest
 
 import (
 	"context"
+	"io"
 	"net"
 	"slices"
 	"strconv"
@@ -155,6 +156,43 @@ func (s *Server) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*testp
 	}
 	return &testpb.SimpleResponse{}, nil
 }
+
+// StreamingOutputCall sends one message per response parameter, each its
+// interval after the one before, after what serve does to a call
+// (failing, delayed or held): a held stream sends nothing, not even its
+// header, until Release.
+func (s *Server) StreamingOutputCall(req *testpb.StreamingOutputCallRequest, stream testgrpc.TestService_StreamingOutputCallServer) error {
+	if err := s.serve(stream.Context(), streamingOutputCall); err != nil {
+		return err
+	}
+	for _, p := range req.GetResponseParameters() {
+		select {
+		case <-time.After(time.Duration(p.GetIntervalUs()) * time.Microsecond):
+		case <-stream.Context().Done():
+			return status.FromContextError(stream.Context().Err()).Err()
+		}
+		if err := stream.Send(&testpb.StreamingOutputCallResponse{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StreamingInputCall reads the caller's messages until it closes its
+// side, and answers then: the server sends nothing while the caller
+// sends.
+func (s *Server) StreamingInputCall(stream testgrpc.TestService_StreamingInputCallServer) error {
+	for {
+		if _, err := stream.Recv(); err == io.EOF {
+			return stream.SendAndClose(&testpb.StreamingInputCallResponse{})
+		} else if err != nil {
+			return err
+		}
+	}
+}
+
+// streamingOutputCall is the name the log gives calls of StreamingOutputCall.
+const streamingOutputCall = "StreamingOutputCall"
 
 func (s *Server) serve(ctx context.Context, method string) error {
 	s.mu.Lock()
