@@ -134,11 +134,15 @@ func stalls(window time.Duration) []scenario {
 	longTail := bench.TripConfig{Replicas: 8, Rate: 50, Spell: 2 * window, Latency: 5 * time.Millisecond, LatencySigma: math.Log(20) / 2.326, Deadline: deadline}
 	slow := bench.TripConfig{Replicas: 8, Rate: 50, Spell: 2 * window, Latency: 2 * time.Second, Deadline: deadline}
 	alone := bench.TripConfig{Replicas: 8, Rate: 50, Spell: 20 * time.Second, Bad: 1, BadRate: 50, Stall: true, Deadline: deadline}
+	// One replica's own path hangs after a healthy spell: a zone of one.
+	aloneLater := stall
+	aloneLater.DownReplicas, aloneLater.Down = 1, 20*time.Second
 	return []scenario{
 		{"stall", "8 x 50/s healthy for a window, then stalled for 12s, 10s deadlines", stall},
 		{"stall", "8 x 50/s server streams healthy for a window, then stalled before the first message for 12s, 10s deadlines", streams},
 		{"stall", "8 x 50/s healthy for two windows, latency log-normal: median 5ms, p99 100ms", longTail},
 		{"stall", "8 x 50/s healthy for two windows, every call taking 2s", slow},
-		{"stall", "1 of 8 whose own calls hang at 50/s, 10s deadlines, for 20s", alone},
+		{"stall", "1 of 8 whose own calls hang after a healthy window, 10s deadlines, for 20s", aloneLater},
+		{"stall", "1 of 8 whose own calls hang from its start at 50/s, 10s deadlines, for 20s", alone},
 	}
 }
