@@ -297,6 +297,9 @@ type call struct {
 	watch     *stallWatch
 	tick      int64
 	unwatched bool
+	// stalled: the call arrived before it ended (a stream's first
+	// message), reported stalled by then.
+	stalled bool
 }
 
 // admit decides whether c runs, and notes in c what becomes of its
@@ -522,27 +525,14 @@ func (b *Breaker) finish(ctx context.Context, c *call, err error) Class {
 	if c.fate == unprotected {
 		return Ignore
 	}
+	var d time.Duration
 	var end instant
 	if !c.untimed {
 		end = instantNow()
-	}
-	return b.finishArrived(ctx, c, err, end, c.arrive(end))
-}
-
-// finishArrived is finish for a call that arrived (stall.go) before it
-// ended, at end (zero: unread) when it is timed; stalled says it was
-// reported stalled, and its outcome is not sent again.
-func (b *Breaker) finishArrived(ctx context.Context, c *call, err error, end instant, stalled bool) Class {
-	if c.fate == unprotected {
-		return Ignore
-	}
-	var d time.Duration
-	if !c.untimed {
-		if end == 0 {
-			end = instantNow()
-		}
 		d = end.Sub(c.start)
 	}
+	// Reported stalled (stall.go): its outcome is not sent again.
+	stalled := c.stalled || c.arrive(end)
 	class := Ignore
 	// Our own rejection (from another Breaker further down the chain) says
 	// nothing about the dependency.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 )
@@ -105,6 +104,10 @@ type stallSlot struct {
 
 func tickOf(i instant) int64 { return int64(i) >> stallTickShift }
 
+// slot is where the calls of tick t count. (A mask, not %: ticks are
+// never negative, and % of a signed number costs a branch.)
+func (w *stallWatch) slot(t int64) *stallSlot { return &w.slots[t&(stallSlots-1)] }
+
 // watchOf returns the stall watch of row, made on first use; nil when the
 // Breaker watches no stalls. A new one watches at once when its threshold
 // is set, or the policy's SlowCallDuration, slow.
@@ -140,7 +143,7 @@ func (c *call) takeOff(w *stallWatch) {
 		return
 	}
 	t := tickOf(c.start)
-	s := &w.slots[t%stallSlots]
+	s := w.slot(t)
 	if s.tick.Load() != t {
 		return
 	}
@@ -162,7 +165,7 @@ func (c *call) arrive(now instant) (stalled bool) {
 		return false
 	}
 	if c.tick != 0 {
-		s := &w.slots[c.tick%stallSlots]
+		s := w.slot(c.tick)
 		if s.tick.Load() == c.tick {
 			s.ended.Add(1)
 			if s.reported.Load() {
@@ -170,7 +173,9 @@ func (c *call) arrive(now instant) (stalled bool) {
 			}
 		}
 	}
-	if rand.Uint32()%stallSampleEvery == 0 {
+	// A sample: bits of when the call began, which a clock with
+	// nanoseconds draws at random enough, and costs nothing to read.
+	if (c.start>>4)%stallSampleEvery == 0 {
 		if now == 0 {
 			now = instantNow()
 		}
@@ -184,7 +189,7 @@ func (c *call) arrive(now instant) (stalled bool) {
 // its tick finds it empty.
 func (w *stallWatch) ready(now int64) {
 	for t := now; t <= now+stallAhead; t++ {
-		s := &w.slots[t%stallSlots]
+		s := w.slot(t)
 		if s.tick.Load() == t {
 			continue
 		}
@@ -253,7 +258,7 @@ func (w *stallWatch) check(now, after int64, found func(stalledTick)) {
 	last := now - after - 1
 	from := max(w.checked+1, last-stallSlots+stallAhead+2)
 	for t := from; t <= last; t++ {
-		s := &w.slots[t%stallSlots]
+		s := w.slot(t)
 		if s.tick.Load() != t || s.reported.Load() {
 			continue
 		}

@@ -83,7 +83,11 @@ type streamEnd struct {
 }
 
 func (e *streamEnd) done(err error) {
-	e.once.Do(func() { e.b.finishArrived(e.ctx, &e.c, err, 0, e.arrive()) })
+	e.once.Do(func() {
+		// Arrived by now, for good: nothing reads the watch again.
+		e.c.stalled, e.c.watch = e.arrive(), nil
+		e.b.finish(e.ctx, &e.c, err)
+	})
 }
 
 // arrive notes that the stream's answer began, and reports whether it was
