@@ -3,8 +3,11 @@ package cbgrpc
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
 // learn adds n latencies drawn by draw to w, as arrive samples them.
@@ -131,5 +134,29 @@ func TestStallWatchLeavesUnreadiedTicksAlone(t *testing.T) {
 	c.takeOff(&w)
 	if c.tick != 1000+stallAhead {
 		t.Errorf("took off in tick %d; want the last tick readied, %d", c.tick, 1000+stallAhead)
+	}
+}
+
+// WithStallAfter refuses what cannot be watched, naming itself; StallsOff
+// is no threshold but the watch turned off.
+func TestWithStallAfterRefusesWhatCannotBeWatched(t *testing.T) {
+	for _, d := range []time.Duration{0, -2, 999 * time.Microsecond, 9 * time.Second} {
+		b, err := New(memory.New(), WithStallAfter(d))
+		if err == nil {
+			b.Close()
+			t.Errorf("WithStallAfter(%v): New succeeded; want an error", d)
+			continue
+		}
+		if !strings.Contains(err.Error(), "WithStallAfter") {
+			t.Errorf("WithStallAfter(%v): %v; want the error to name the option", d, err)
+		}
+	}
+	for _, d := range []time.Duration{StallsOff, time.Millisecond, 8 * time.Second} {
+		b, err := New(memory.New(), WithStallAfter(d))
+		if err != nil {
+			t.Errorf("WithStallAfter(%v): %v", d, err)
+			continue
+		}
+		b.Close()
 	}
 }
