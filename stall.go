@@ -57,8 +57,9 @@ const StallsOff time.Duration = -1
 // at three times the top of its healthy latency's 99th percentile, learned
 // from its calls (its octave: a p99 of 100ms gives 403ms), and at least
 // 100ms; a scope is watched once 64 of its calls were sampled. A threshold
-// above 8s is not watched. Streams are watched until their first message or
-// header. Calls already running are never cancelled: their deadlines stay
+// above 8s is not watched, nor is any call of a scope before one of its
+// calls was answered (a cold connection is no stall). Streams are watched
+// until their first message or header. Calls already running are never cancelled: their deadlines stay
 // the caller's.
 func WithStallAfter(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.stallAfter, c.stallAfterSet = d, true })
@@ -86,7 +87,11 @@ type stallWatch struct {
 	// not watched (the latency is not learned yet, or the threshold is
 	// beyond the ring).
 	after atomic.Int64
-	slots [stallSlots]stallSlot
+	// answered: a call of the scope arrived. Until one does (a new
+	// connection is still being dialled, say), no call is watched, whatever
+	// the threshold.
+	answered atomic.Bool
+	slots    [stallSlots]stallSlot
 	// latency counts sampled latencies by octave: [i] those below 2^i ns
 	// and not below 2^(i-1).
 	latency [40]atomic.Int64
@@ -172,6 +177,8 @@ func (c *call) arrive(now instant) (stalled bool) {
 				return true
 			}
 		}
+	} else if !w.answered.Load() {
+		w.answered.Store(true)
 	}
 	// A sample: bits of when the call began, which a clock with
 	// nanoseconds draws at random enough, and costs nothing to read.
@@ -202,8 +209,9 @@ func (w *stallWatch) ready(now int64) {
 }
 
 // threshold is how long a call of the scope may run before it is stalled,
-// in ticks (0: not watched): set, the policy's SlowCallDuration, or
-// learned from the latency; and it halves the latency's counts when decay.
+// in ticks (0: not watched, as before any call of the scope was answered):
+// set, the policy's SlowCallDuration, or learned from the latency; and it
+// halves the latency's counts when decay.
 func (w *stallWatch) threshold(set, slow time.Duration, decay bool) int64 {
 	var n [len(stallWatch{}.latency)]int64
 	total := int64(0)
@@ -216,6 +224,8 @@ func (w *stallWatch) threshold(set, slow time.Duration, decay bool) int64 {
 	}
 	d := set
 	switch {
+	case !w.answered.Load():
+		return 0
 	case d > 0:
 	case slow > 0:
 		d = slow

@@ -179,20 +179,22 @@ func testStalledFleet(t *testing.T, c coordinator.Coordinator, stream bool) {
 	const replicas = 4
 	// A deadline the test never waits for: the trip must come first.
 	const deadline = time.Minute
-	f := newStallFleet(t, c, replicas, stream, cbgrpc.WithStallAfter(100*time.Millisecond))
+	// Longer than a loaded machine's pauses, which a race-enabled test
+	// run meets.
+	f := newStallFleet(t, c, replicas, stream, cbgrpc.WithStallAfter(300*time.Millisecond))
 	stop := make(chan struct{})
 	var loading sync.WaitGroup
 	loading.Add(1)
 	go func() {
 		defer loading.Done()
-		f.load(5*time.Millisecond, deadline, stop)
+		f.load(10*time.Millisecond, deadline, stop)
 	}()
 	defer func() {
 		close(stop)
 		loading.Wait()
 		f.server.Release()
 	}()
-	fleettest.Eventually(t, "a healthy spell", 10*time.Second, func() bool { return f.ended.Load() >= 400 })
+	fleettest.Eventually(t, "a healthy spell", 20*time.Second, func() bool { return f.ended.Load() >= 400 })
 	if trips := f.trips(); len(trips) > 0 {
 		t.Fatalf("tripped while healthy: %+v", trips)
 	}
@@ -261,9 +263,16 @@ func TestStallThresholdIsLearned(t *testing.T) {
 // stalled, however long it waits.
 func TestClientStreamsAreNotWatched(t *testing.T) {
 	f := newStallFleet(t, memory.New(), 1, false, cbgrpc.WithStallAfter(time.Millisecond))
+	// A unary call of the same scope answered first: the scope is watched.
+	scope := cbgrpc.CallScope("streams")
+	if _, err := f.clients[0].EmptyCall(context.Background(), &testpb.Empty{}, scope); err != nil {
+		t.Fatal(err)
+	}
+	// The watcher's next ticks (17ms each) set the threshold.
+	time.Sleep(100 * time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s, err := f.clients[0].StreamingInputCall(ctx)
+	s, err := f.clients[0].StreamingInputCall(ctx, scope)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,4 +320,22 @@ func TestStreamsAnsweredAreNotStalled(t *testing.T) {
 	if got := f.stallsCounted(); got != 1 {
 		t.Errorf("%d streams reported stalled; want the one that waited 300ms for its first message", got)
 	}
+}
+
+// Until a call of the scope was answered (a new connection still dialling,
+// a dependency that never answered this replica), no call is watched: the
+// first calls of a cold start are no evidence of a stall.
+func TestNoStallBeforeTheFirstAnswer(t *testing.T) {
+	f := newStallFleet(t, memory.New(), 1, false, cbgrpc.WithStallAfter(20*time.Millisecond))
+	f.server.Hold()
+	for range 30 {
+		f.call(0, time.Minute)
+	}
+	fleettest.Eventually(t, "the calls held at the server", 10*time.Second, func() bool { return f.server.Counts().InFlight == 30 })
+	// Many thresholds' worth of ticks.
+	time.Sleep(200 * time.Millisecond)
+	if n := f.stallsCounted(); n != 0 {
+		t.Errorf("%d calls reported stalled before any call of the scope was answered; want none", n)
+	}
+	f.server.Release()
 }

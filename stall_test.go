@@ -58,8 +58,9 @@ func TestStallThreshold(t *testing.T) {
 		{"fast calls: the floor", 2000, func() time.Duration { return time.Millisecond }, 0, 0, ticks(stallFloor)},
 		{"2s calls", 2000, func() time.Duration { return 2 * time.Second }, 0, 0, ticks(3 * time.Duration(1<<31))},
 		{"slower than the ring holds", 2000, func() time.Duration { return 4 * time.Second }, 0, 0, 0},
-		{"SlowCallDuration", 0, longTail, 0, 250 * time.Millisecond, ticks(250 * time.Millisecond)},
-		{"WithStallAfter before SlowCallDuration", 0, longTail, time.Second, 250 * time.Millisecond, ticks(time.Second)},
+		{"SlowCallDuration", 1, longTail, 0, 250 * time.Millisecond, ticks(250 * time.Millisecond)},
+		{"WithStallAfter before SlowCallDuration", 1, longTail, time.Second, 250 * time.Millisecond, ticks(time.Second)},
+		{"set, but no call answered yet", 0, longTail, time.Second, 250 * time.Millisecond, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var w stallWatch
