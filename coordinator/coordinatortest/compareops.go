@@ -348,7 +348,7 @@ func (d *driver) settleCall(c *call) {
 		if c.probe && rr.Generation == c.gen && !d.now().Before(c.leaseEnd) {
 			d.hit(pathLeaseExpired)
 		}
-	case o.Failure || s.p.IsSlow(o.Duration):
+	case o.Failed() || s.p.IsSlow(o.Duration):
 		d.hit(pathSettledFailure)
 	default:
 		d.hit(pathSettledSuccess)
@@ -519,7 +519,7 @@ func (d *driver) noteFailed(s *cmpScope, b *batch, outs []coordinator.Outcome, r
 	if s.failedGen != res.Generation {
 		s.failed, s.failedGen = map[string]bool{}, res.Generation
 	}
-	if slices.ContainsFunc(outs, func(o coordinator.Outcome) bool { return o.Failure }) && !s.failed[b.replica] {
+	if slices.ContainsFunc(outs, func(o coordinator.Outcome) bool { return o.Failed() }) && !s.failed[b.replica] {
 		s.failed[b.replica] = true
 		if len(s.failed) == implement.TrackedReplicas+1 {
 			d.hit(pathReplicasEvicted)
