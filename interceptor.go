@@ -290,16 +290,15 @@ type call struct {
 	// row is the scope's row of the table when the call was admitted
 	// (nil: none), whose run of failures a success ends (verdict.go).
 	row *known
-	// watch is the scope's stall watch, and tick the tick the call took
-	// off in (0: not watched), for a call admitted closed (stall.go);
-	// unwatched: the call may wait for its caller before any answer (a
-	// client or bidi stream), and is never stalled.
+	// watch is the scope's stall watch until the call arrives, and tick
+	// the tick the call took off in (0: not watched), for a call admitted
+	// closed (stall.go); stalled, once it arrived, says it had been
+	// reported stalled. unwatched: the call may wait for its caller before
+	// any answer (a client or bidi stream), and is never stalled.
 	watch     *stallWatch
 	tick      int64
+	stalled   bool
 	unwatched bool
-	// stalled: the call arrived before it ended (a stream's first
-	// message), reported stalled by then.
-	stalled bool
 }
 
 // admit decides whether c runs, and notes in c what becomes of its
@@ -531,8 +530,9 @@ func (b *Breaker) finish(ctx context.Context, c *call, err error) Class {
 		end = instantNow()
 		d = end.Sub(c.start)
 	}
-	// Reported stalled (stall.go): its outcome is not sent again.
-	stalled := c.stalled || c.arrive(end)
+	// Reported stalled (stall.go): its outcome is not sent again. (A
+	// stream arrived at its first message already.)
+	c.arrive(end)
 	class := Ignore
 	// Our own rejection (from another Breaker further down the chain) says
 	// nothing about the dependency.
@@ -540,7 +540,7 @@ func (b *Breaker) finish(ctx context.Context, c *call, err error) Class {
 		class = b.classify(ctx, c.classifier, c.method, err)
 	}
 	switch {
-	case class == Ignore, stalled:
+	case class == Ignore, c.stalled:
 		// An ignored probe is not settled: its lease frees the slot. A
 		// stalled call was sent as a failure while it ran.
 		return class

@@ -114,9 +114,9 @@ func tickOf(i instant) int64 { return int64(i) >> stallTickShift }
 func (w *stallWatch) slot(t int64) *stallSlot { return &w.slots[t&(stallSlots-1)] }
 
 // watchOf returns the stall watch of row, made on first use; nil when the
-// Breaker watches no stalls. A new one watches at once when its threshold
-// is set, or the policy's SlowCallDuration, slow.
-func (b *Breaker) watchOf(row *known, slow time.Duration) *stallWatch {
+// Breaker watches no stalls. A new one watches no call until the watcher
+// sets its threshold, after one of its calls was answered.
+func (b *Breaker) watchOf(row *known) *stallWatch {
 	if row == nil || b.cfg.stallAfter == StallsOff {
 		return nil
 	}
@@ -125,7 +125,6 @@ func (b *Breaker) watchOf(row *known, slow time.Duration) *stallWatch {
 	}
 	w := &stallWatch{}
 	w.ready(tickOf(instantNow()))
-	w.after.Store(w.threshold(b.cfg.stallAfter, slow, false))
 	if !row.stalls.CompareAndSwap(nil, w) {
 		return row.stalls.Load()
 	}
@@ -135,7 +134,7 @@ func (b *Breaker) watchOf(row *known, slow time.Duration) *stallWatch {
 // takeOff adds c, admitted closed, to the tick of its admission, if its
 // scope is watched.
 func (b *Breaker) takeOff(c *call) {
-	if w := b.watchOf(c.row, c.slowAfter); w != nil {
+	if w := b.watchOf(c.row); w != nil {
 		c.takeOff(w)
 	}
 }
@@ -160,21 +159,22 @@ func (c *call) takeOff(w *stallWatch) {
 }
 
 // arrive notes that c's answer came (a unary call ended, a stream's first
-// message or header came, or it ended), once, at now (zero: unread), and
-// reports whether c was already reported stalled: its outcome is then not
-// sent. A call that arrived unreported may be a sample of the scope's
-// healthy latency.
-func (c *call) arrive(now instant) (stalled bool) {
+// message or header came, or it ended), at now (zero: unread); the first
+// time only, as it lets go of the watch. c.stalled then says whether c was
+// reported stalled before: its outcome is not sent again. A call that
+// arrived unreported may be a sample of the scope's healthy latency.
+func (c *call) arrive(now instant) {
 	w := c.watch
 	if w == nil {
-		return false
+		return
 	}
+	c.watch = nil
 	if c.tick != 0 {
 		s := w.slot(c.tick)
 		if s.tick.Load() == c.tick {
 			s.ended.Add(1)
-			if s.reported.Load() {
-				return true
+			if c.stalled = s.reported.Load(); c.stalled {
+				return
 			}
 		}
 	} else if !w.answered.Load() {
@@ -188,7 +188,6 @@ func (c *call) arrive(now instant) (stalled bool) {
 		}
 		w.latency[min(bits.Len64(uint64(max(now.Sub(c.start), 0))), len(w.latency)-1)].Add(1)
 	}
-	return false
 }
 
 // ready readies the ticks from now to stallAhead after it that are not
@@ -208,19 +207,25 @@ func (w *stallWatch) ready(now int64) {
 	}
 }
 
+// decay halves the learned latency's counts, so that what was learned
+// fades over windows.
+func (w *stallWatch) decay() {
+	for i := range w.latency {
+		if n := w.latency[i].Load(); n > 0 {
+			w.latency[i].Add(-n / 2)
+		}
+	}
+}
+
 // threshold is how long a call of the scope may run before it is stalled,
 // in ticks (0: not watched, as before any call of the scope was answered):
-// set, the policy's SlowCallDuration, or learned from the latency; and it
-// halves the latency's counts when decay.
-func (w *stallWatch) threshold(set, slow time.Duration, decay bool) int64 {
+// set, the policy's SlowCallDuration, or learned from the latency.
+func (w *stallWatch) threshold(set, slow time.Duration) int64 {
 	var n [len(stallWatch{}.latency)]int64
 	total := int64(0)
 	for i := range w.latency {
 		n[i] = w.latency[i].Load()
 		total += n[i]
-		if decay && n[i] > 0 {
-			w.latency[i].Add(-n[i] / 2)
-		}
 	}
 	d := set
 	switch {
@@ -302,7 +307,10 @@ func (b *Breaker) watchStalls(ctx context.Context) {
 		}
 		watched = b.known.watched(watched[:0])
 		for _, ws := range watched {
-			after := ws.w.threshold(b.cfg.stallAfter, ws.slow, decay)
+			if decay {
+				ws.w.decay()
+			}
+			after := ws.w.threshold(b.cfg.stallAfter, ws.slow)
 			ws.w.after.Store(after)
 			ws.w.check(tickOf(now), after, func(st stalledTick) { b.stalled(ws.scope, st) })
 		}

@@ -10,20 +10,17 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 )
 
-// learn adds n latencies drawn by draw to w, as arrive samples them.
-func learn(w *stallWatch, n int, draw func() time.Duration) {
+// learn adds n latencies drawn by draw to w, as arrive samples them: the
+// calls begin at an instant arrive takes for a sample.
+func learn(t *testing.T, w *stallWatch, n int, draw func() time.Duration) {
 	for range n {
+		before := total(w)
 		c := call{watch: w, start: 1 << 40}
-		for !sampled(&c, c.start.Add(draw())) {
+		c.arrive(c.start.Add(draw()))
+		if total(w) != before+1 {
+			t.Fatal("a call begun at 1<<40 was not sampled")
 		}
 	}
-}
-
-// sampled arrives c at end and reports whether arrive sampled it.
-func sampled(c *call, end instant) bool {
-	before := total(c.watch)
-	c.arrive(end)
-	return total(c.watch) > before
 }
 
 func total(w *stallWatch) int64 {
@@ -64,8 +61,8 @@ func TestStallThreshold(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var w stallWatch
-			learn(&w, tc.samples, tc.draw)
-			if got := w.threshold(tc.set, tc.slow, false); got != tc.want {
+			learn(t, &w, tc.samples, tc.draw)
+			if got := w.threshold(tc.set, tc.slow); got != tc.want {
 				t.Errorf("threshold %d ticks (%v); want %d (%v)", got, time.Duration(got<<stallTickShift),
 					tc.want, time.Duration(tc.want<<stallTickShift))
 			}
@@ -73,8 +70,8 @@ func TestStallThreshold(t *testing.T) {
 	}
 	t.Run("decay halves what was learned", func(t *testing.T) {
 		var w stallWatch
-		learn(&w, 1000, func() time.Duration { return time.Millisecond })
-		w.threshold(0, 0, true)
+		learn(t, &w, 1000, func() time.Duration { return time.Millisecond })
+		w.decay()
 		if n := total(&w); n != 500 {
 			t.Errorf("%d samples after a decay; want 500", n)
 		}
@@ -98,9 +95,12 @@ func TestStallWatchReportsATickOnce(t *testing.T) {
 	if calls[0].tick != start {
 		t.Fatalf("took off in tick %d; want %d", calls[0].tick, start)
 	}
-	if calls[0].arrive(at.Add(time.Millisecond)) {
+	if calls[0].arrive(at.Add(time.Millisecond)); calls[0].stalled {
 		t.Error("a call that arrived before its tick was checked reads stalled")
 	}
+	// A call arrives once: told again (a stream's end after its first
+	// message), it leaves the tick's count alone.
+	calls[0].arrive(at.Add(2 * time.Millisecond))
 	var found []stalledTick
 	record := func(st stalledTick) { found = append(found, st) }
 	w.check(start+3, 3, record)
@@ -111,7 +111,7 @@ func TestStallWatchReportsATickOnce(t *testing.T) {
 	if len(found) != 1 || found[0].n != 4 || found[0].gen != 7 {
 		t.Fatalf("reported %+v; want the 4 calls in flight, generation 7", found)
 	}
-	if !calls[1].arrive(0) {
+	if calls[1].arrive(0); !calls[1].stalled {
 		t.Error("a call that arrived after it was reported stalled reads not stalled")
 	}
 	w.check(start+10, 3, record)

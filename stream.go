@@ -75,26 +75,22 @@ type streamEnd struct {
 	b        *Breaker
 	ctx      context.Context
 	c        call
-	// arrived notes, once, that the stream's first message or header
-	// came, or it ended: a stream is stalled only while it waits for
-	// either (stall.go); stalled says it was reported so by then.
+	// arrived makes the stream's arrival (its first message or header,
+	// or its end: a stream is stalled only while it waits for either,
+	// stall.go) happen once, whichever goroutine comes first.
 	arrived sync.Once
-	stalled bool
 }
 
 func (e *streamEnd) done(err error) {
 	e.once.Do(func() {
-		// Arrived by now, for good: nothing reads the watch again.
-		e.c.stalled, e.c.watch = e.arrive(), nil
+		e.arrive()
 		e.b.finish(e.ctx, &e.c, err)
 	})
 }
 
-// arrive notes that the stream's answer began, and reports whether it was
-// reported stalled before.
-func (e *streamEnd) arrive() bool {
-	e.arrived.Do(func() { e.stalled = e.c.arrive(0) })
-	return e.stalled
+// arrive notes that the stream's answer began.
+func (e *streamEnd) arrive() {
+	e.arrived.Do(func() { e.c.arrive(0) })
 }
 
 // statusRead takes the stream's status as RecvMsg returned it, with its

@@ -37,15 +37,25 @@ func spell(h *harness, gen uint64, perBucket int) {
 // once they are MinCalls above half of the recent calls.
 func testRecentFailuresTripBeforeTheWindow(t *testing.T, f Factory) {
 	h := newHarness(t, f, basePolicy())
+	recentTripAfterASpell(h, func(gen uint64, _ int) coordinator.Outcome { return fail(gen) }, "recent failures 11/14, 4 over 50%")
+}
+
+// recentTripAfterASpell runs a healthy spell, then three failed calls in
+// four, until the recent rule trips with reason: 11 failed calls, the
+// i-th of them bad(gen, i), in 14.
+func recentTripAfterASpell(h *harness, bad func(gen uint64, i int) coordinator.Outcome, reason string) {
+	h.t.Helper()
 	gen := h.closedGen()
 	spell(h, gen, 5)
+	n := 0
+	next := func() coordinator.Outcome { n++; return bad(gen, n-1) }
 	for i := range 3 {
-		h.wantNoTrip("three failures and a success, "+string(rune('1'+i)), gen, fail(gen), fail(gen), fail(gen), ok(gen))
+		h.wantNoTrip("three failed calls and a success, "+string(rune('1'+i)), gen, next(), next(), next(), ok(gen))
 	}
-	h.wantNoTrip("a failure: 10/13, 3.5 over half", gen, fail(gen))
-	h.wantTrip("another: 11/14, 4 over half", gen, "recent failures 11/14, 4 over 50%", fail(gen))
+	h.wantNoTrip("a failed call: 10/13, 3.5 over half", gen, next())
+	h.wantTrip("another: 11/14, 4 over half", gen, reason, next())
 	if s := h.snapshot(); s.LastTrip.Calls != 59 || s.LastTrip.Failures != 11 {
-		t.Errorf("last trip %+v; want the window's counts, 59 calls and 11 failures", s.LastTrip)
+		h.t.Errorf("last trip %+v; want the window's counts, 59 calls and 11 failures", s.LastTrip)
 	}
 }
 
