@@ -13,6 +13,8 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
@@ -37,6 +39,7 @@ type stallFleet struct {
 
 	clients []testgrpc.TestServiceClient
 	reader  *sdkmetric.ManualReader
+	spans   *tracetest.SpanRecorder
 	calls   sync.WaitGroup
 	// rejected and ended count the calls the breaker rejected and those
 	// that ended otherwise; failed those of the latter that failed, and
@@ -46,11 +49,12 @@ type stallFleet struct {
 }
 
 func newStallFleet(t *testing.T, c coordinator.Coordinator, replicas int, stream bool, opts ...cbgrpc.Option) *stallFleet {
-	f := &stallFleet{t: t, server: fleettest.NewServer(t), stream: stream, reader: sdkmetric.NewManualReader()}
+	f := &stallFleet{t: t, server: fleettest.NewServer(t), stream: stream, reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(f.reader))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(f.spans))
 	for i := range replicas {
 		b, err := cbgrpc.New(c, append([]cbgrpc.Option{cbgrpc.WithReplicaID(fmt.Sprintf("stall-%d", i)),
-			cbgrpc.WithMeterProvider(mp), cbgrpc.WithOnTransition(func(tr coordinator.Transition) {
+			cbgrpc.WithMeterProvider(mp), cbgrpc.WithTracerProvider(tp), cbgrpc.WithOnTransition(func(tr coordinator.Transition) {
 				f.mu.Lock()
 				defer f.mu.Unlock()
 				f.moves = append(f.moves, tr)
@@ -138,6 +142,31 @@ func (f *stallFleet) trips() []coordinator.Transition {
 	return out
 }
 
+// tripReasons returns the cbgrpc.reason of the ended spans of trips.
+func (f *stallFleet) tripReasons() []string {
+	var out []string
+	for _, s := range f.spans.Ended() {
+		if s.Name() != "cbgrpc.transition" {
+			continue
+		}
+		var from, to, reason string
+		for _, a := range s.Attributes() {
+			switch a.Key {
+			case "cbgrpc.state.from":
+				from = a.Value.AsString()
+			case "cbgrpc.state.to":
+				to = a.Value.AsString()
+			case "cbgrpc.reason":
+				reason = a.Value.AsString()
+			}
+		}
+		if from == "closed" && to == "open" {
+			out = append(out, reason)
+		}
+	}
+	return out
+}
+
 // stallsCounted sums cbgrpc.stalls.
 func (f *stallFleet) stallsCounted() int64 {
 	var rm metricdata.ResourceMetrics
@@ -204,6 +233,11 @@ func testStalledFleet(t *testing.T, c coordinator.Coordinator, stream bool) {
 	tr := f.trips()[0]
 	if !strings.Contains(tr.Reason, "stalled") {
 		t.Errorf("trip reason %q; want it to say the calls stalled", tr.Reason)
+	}
+	// The span ends once the answer that tripped it came back.
+	fleettest.Eventually(t, "the trip's span", 10*time.Second, func() bool { return len(f.tripReasons()) > 0 })
+	if r := f.tripReasons()[0]; !strings.Contains(r, "stalled") {
+		t.Errorf("the trip's span has cbgrpc.reason %q; want it to say the calls stalled", r)
 	}
 	f.errs.Range(func(code, n any) bool {
 		t.Logf("%d calls failed with %s", n.(*atomic.Int64).Load(), code)

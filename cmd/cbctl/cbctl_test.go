@@ -414,6 +414,33 @@ func TestCLIShowLastTrip(t *testing.T) {
 	}
 }
 
+// TestCLIShowSaysATripWasByStalls: calls reported while they still ran
+// trip the breaker as failures do, and show's last trip says how many of
+// them stalled.
+func TestCLIShowSaysATripWasByStalls(t *testing.T) {
+	srv := redistest.Start(t)
+	f := newFleet(t, srv.Client(t))
+	c := newCLI(t, srv.Addr())
+	scope := "hung/Get"
+	gen := f.admit(scope).Generation
+	out := make([]coordinator.Outcome, f.p.MinCalls)
+	for i := range out {
+		out[i] = coordinator.Outcome{Generation: gen, Stalled: true}
+	}
+	res, err := f.c.Record(context.Background(), coordinator.RecordRequest{Scope: scope, Policy: f.p, Outcomes: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Transition == nil {
+		t.Fatalf("%d stalled calls did not trip %q: %+v", f.p.MinCalls, scope, res)
+	}
+	n := f.p.ConsecutiveFailures
+	reason := fmt.Sprintf("consecutive failures %d >= %d, %d stalled", n, n, n)
+	c.want(0, fmt.Sprintf("gen %d: %s", f.generation(scope), reason), "", "show", scope)
+	// JSON escapes the reason's ">".
+	c.want(0, fmt.Sprintf(", %d stalled\",", n), "", "show", scope, "--json")
+}
+
 // TestCLIShowCountsBesideTheCalls: the requests adaptive throttling
 // rejected are in the window beside the calls, and the calls dry-run
 // replicas would have rejected are counted in the generation; show says
