@@ -40,6 +40,8 @@ func grant(prefix string, cluster bool) []grantCommand {
 		{"+ssubscribe", []any{"SSUBSCRIBE", key}},
 		{"+unsubscribe", []any{"UNSUBSCRIBE", key}},
 		{"+sunsubscribe", []any{"SUNSUBSCRIBE", key}},
+		{"+pubsub|numsub", []any{"PUBSUB", "NUMSUB", key}},
+		{"+pubsub|shardnumsub", []any{"PUBSUB", "SHARDNUMSUB", key}},
 		{"+ping", []any{"PING"}},
 		{"+info", []any{"INFO", "replication"}},
 		{"+wait", []any{"WAIT", "0", "0"}},

@@ -11,7 +11,7 @@ import (
 // shardedRules are the grant's rules for sharded pub/sub, commands that
 // came with Redis 7.0, as ACL DRYRUN did: a server without DRYRUN lacks
 // them too, and refuses to grant them (docs/redis-acl.md).
-var shardedRules = map[string]bool{"+spublish": true, "+ssubscribe": true, "+sunsubscribe": true}
+var shardedRules = map[string]bool{"+spublish": true, "+ssubscribe": true, "+sunsubscribe": true, "+pubsub|shardnumsub": true}
 
 // aclUser is a user as ACL GETUSER describes it on Redis 6: its command
 // rules in the order they apply ("-@all +@scripting -script +hget"),

@@ -15,20 +15,30 @@ local KEY = KEYS[1]
 local SCRATCH = KEYS[2]
 local CHANNEL = ARGV[1]
 local PUBLISH = ARGV[2]
+local NUMSUB = PUBLISH == 'SPUBLISH' and 'SHARDNUMSUB' or 'NUMSUB'
 
 redis.call('TIME')
 redis.call('HGET', KEY, 'version')
 
 local refused = {}
+
+-- named is how a refusal names a command: with its subcommand, if any.
+local function named(cmd, arg)
+  if cmd == 'PUBSUB' then
+    return cmd .. ' ' .. arg
+  end
+  return cmd
+end
+
 if redis.acl_check_cmd then
   local checks = {
     {'HGETALL', KEY}, {'HMGET', KEY, 'f'}, {'HVALS', KEY}, {'HSET', KEY, 'f', 'v'},
     {'HDEL', KEY, 'f'}, {'DEL', KEY}, {'PERSIST', KEY}, {'PEXPIRE', KEY, '1'},
-    {PUBLISH, CHANNEL, 'm'},
+    {PUBLISH, CHANNEL, 'm'}, {'PUBSUB', NUMSUB, CHANNEL},
   }
   for _, c in ipairs(checks) do
     if not redis.acl_check_cmd(unpack(c)) then
-      refused[#refused + 1] = c[1]
+      refused[#refused + 1] = named(unpack(c))
     end
   end
   return refused
@@ -39,7 +49,7 @@ end
 local function tried(...)
   local r = redis.pcall(...)
   if type(r) == 'table' and r.err and string.find(r.err, "The user executing the script can't", 1, true) then
-    refused[#refused + 1] = (...)
+    refused[#refused + 1] = named(...)
     return false
   end
   return true
@@ -56,4 +66,5 @@ if tried('DEL', SCRATCH) then
   redis.call('DEL', SCRATCH)
 end
 tried(PUBLISH, CHANNEL, '')
+tried('PUBSUB', NUMSUB, CHANNEL)
 return refused

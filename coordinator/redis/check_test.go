@@ -32,6 +32,7 @@ func TestCheckNamesTheCause(t *testing.T) {
 	s.SetUser(t, "otherkeys", "right", strings.Replace(redistest.ACLGrant, "~cbgrpc:*", "~other:*", 1))
 	s.SetUser(t, "nohset", "right", strings.Replace(redistest.ACLGrant, "+hset ", "", 1))
 	s.SetUser(t, "otherchannels", "right", strings.Replace(redistest.ACLGrant, "&cbgrpc:*", "&other:*", 1))
+	s.SetUser(t, "nonumsub", "right", strings.Replace(redistest.ACLGrant, "+pubsub|numsub ", "", 1))
 	replica := redistest.StartReplica(t, s)
 	port, err := freeport.Loopback(false)
 	if err != nil {
@@ -59,6 +60,8 @@ func TestCheckNamesTheCause(t *testing.T) {
 			coordinator.KindPermission, []string{"NOPERM", "HSET", "docs/redis-acl.md"}},
 		{"ChannelsOutsideTheGrant", userClient(t, s, "otherchannels", "right"),
 			coordinator.KindPermission, []string{"NOPERM", "PUBLISH", "docs/redis-acl.md"}},
+		{"NoPubsubNumsub", userClient(t, s, "nonumsub", "right"),
+			coordinator.KindPermission, []string{"NOPERM", "PUBSUB NUMSUB", "docs/redis-acl.md"}},
 		{"Replica", replica.Client(t),
 			coordinator.KindReadOnly, []string{replica.Addr() + " is a read-only replica, not a master (READONLY)", s.Addr()}},
 	} {

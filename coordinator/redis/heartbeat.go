@@ -14,9 +14,11 @@ import (
 // Heartbeats prove a Watch's feed end to end: every period one of the
 // Watches that share a heartbeat channel (sharedheartbeat.go) publishes
 // on it, through the command connections, a heartbeat carrying the
-// replication ID of the node it ran on (heartbeat.lua), and the feed is
-// lost when one reaches no subscriber, carries another ID than the
-// subscription heard first, or does not come for silencePeriods. The
+// replication ID of the node it ran on (heartbeat.lua). The others take
+// what they hear as a hint and check what they doubt with a census
+// (census.lua). The feed is lost when a reply counts no subscriber, or
+// names another ID than the subscription's first reply, or when no
+// heartbeat comes for silencePeriods. The
 // protocol, what it tells and what it cannot, is described in
 // docs/architecture.md ("The feed's liveness protocol").
 
@@ -48,29 +50,37 @@ func (w *watch) beat() {
 	}
 }
 
-// A heartbeat is one publication on a subscription's shared channel.
+// A heartbeat is one publication on a subscription's shared channel, or a
+// census of it (census.lua), which publishes nothing.
 type heartbeat struct {
 	s         *sub
 	ch        string // taken with w.mu held: the shared channel moves (moved)
 	followers string
+	census    bool
 	sent      *goredis.Cmd
 }
 
-// publish sends the heartbeats due this period on the shared channels of
-// the subscriptions whose channels Redis confirmed, in one pipeline (on a
-// Cluster, one round trip per node, in parallel), and ends the Watch if
-// one tells that the feed is lost.
+// publish sends, in one pipeline (on a Cluster, one round trip per node,
+// in parallel), the heartbeats due this period on the shared channels of
+// the subscriptions whose channels Redis confirmed, and the census of
+// those in doubt; it ends the Watch if a reply tells that the feed is
+// lost, and moves a subscription to the level its channel's count calls
+// for. Only the replies are believed (see heardShared).
 func (w *watch) publish() {
 	now := time.Now()
 	w.mu.Lock()
 	var beats []heartbeat
 	for _, s := range w.subs {
-		if s.beating && s.shares(now, w.c.heartbeat) {
+		switch {
+		case !s.beating:
+		case s.shares(now, w.c.heartbeat):
 			b := heartbeat{s: s, ch: s.shared}
 			if s.followers > 0 {
 				b.followers = strconv.Itoa(s.followers)
 			}
 			beats = append(beats, b)
+		case s.doubts(now, w.c.heartbeat):
+			beats = append(beats, heartbeat{s: s, ch: s.shared, census: true})
 		}
 	}
 	w.mu.Unlock()
@@ -82,18 +92,18 @@ func (w *watch) publish() {
 	defer cancel()
 	w.c.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, b := range beats {
-			beats[i].sent = b.s.heartbeat().EvalSha(ctx, p, []string{b.ch}, w.id, b.followers)
+			beats[i].sent = b.script().EvalSha(ctx, p, []string{b.ch}, b.args(w.id)...)
 		}
 		return nil
 	})
 	for i, b := range beats {
 		if goredis.HasErrorPrefix(b.sent.Err(), "NOSCRIPT") {
 			// After a restart or SCRIPT FLUSH: the script goes along.
-			beats[i].sent = b.s.heartbeat().Eval(ctx, w.c.client, []string{b.ch}, w.id, b.followers)
+			beats[i].sent = b.script().Eval(ctx, w.c.client, []string{b.ch}, b.args(w.id)...)
 		}
 	}
+	var moves []heartbeat
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	for _, b := range beats {
 		reply, err := b.sent.Slice()
 		var reached int64
@@ -111,52 +121,72 @@ func (w *watch) publish() {
 		case b.ch != b.s.shared:
 			// It moved to another shared channel meanwhile: what the
 			// one it left says is no news.
-		case err != nil:
+		case err != nil && !b.census:
 			// The heartbeat will not come: the reader reports the silence.
 			b.s.unsent = err
+		case err != nil:
+			// A census refused (a grant without PUBSUB NUMSUB) or lost:
+			// the Watch settles its doubt with a heartbeat of its own
+			// next period, whose reply tells as much.
+			b.s.other, b.s.smaller = time.Time{}, time.Time{}
 		default:
 			if err := b.s.lineage(reached, replid); err != nil {
 				w.failLocked(err)
 				continue
 			}
-			b.s.unsent, b.s.followers = nil, int(reached)
+			b.s.checked, b.s.doubt = now, false
+			if !b.census {
+				b.s.unsent, b.s.followers = nil, int(reached)
+			}
+			if to := level(int(reached), b.s.level, w.c.sharedCap); to != b.s.level && b.s.moving == "" {
+				b.s.moving, b.s.movingLevel = sharedChannel(b.s.base, to, w.id), to
+				moves = append(moves, heartbeat{s: b.s, ch: b.s.moving})
+			}
 		}
 	}
-}
-
-// heartbeat is the script that publishes s's heartbeats, in the pub/sub
-// s subscribed by.
-func (s *sub) heartbeat() *goredis.Script {
-	if s.sharded {
-		return shardedScripts.heartbeat
+	w.mu.Unlock()
+	for _, m := range moves {
+		w.move(m.s, m.ch)
 	}
-	return plainScripts.heartbeat
 }
 
-// lineage takes the reply to a heartbeat published for s: the followers
-// it reached on the node the commands go to, and that node's replication
-// ID. w.mu is held.
+// script is the script that sends b, in the pub/sub b's subscription
+// subscribed by; args are its arguments.
+func (b heartbeat) script() *goredis.Script {
+	set := plainScripts
+	if b.s.sharded {
+		set = shardedScripts
+	}
+	if b.census {
+		return set.census
+	}
+	return set.heartbeat
+}
+
+func (b heartbeat) args(id string) []any {
+	if b.census {
+		return nil
+	}
+	return []any{id, b.followers}
+}
+
+// lineage takes the reply to a heartbeat or census of s: the followers of
+// its shared channel on the node the commands go to, and that node's
+// replication ID. The first reply says which stream the subscription
+// hears. w.mu is held.
 func (s *sub) lineage(reached int64, replid string) error {
-	switch {
-	case reached == 0:
-		return fmt.Errorf("redis coordinator: watch: the heartbeat reached no subscriber on the node the commands go to, "+
-			"not%s where the subscription is (a failover, or a moved slot): %w", on(s.node), coordinator.ErrFeedLost)
-	case !s.sameStream(replid):
-		return fmt.Errorf("redis coordinator: watch: the heartbeat went to a node of another master's replication ID (%.8s) "+
-			"than the subscription%s hears (%.8s): a failover, or a proxy that moved: %w", replid, on(s.node), s.replid, coordinator.ErrFeedLost)
-	}
-	return nil
-}
-
-// sameStream takes the replication ID a heartbeat of s's shared channel
-// carries, heard or in the reply to one s published, and reports whether
-// it is that of the stream the subscription hears: the first one taken.
-// w.mu is held.
-func (s *sub) sameStream(replid string) bool {
 	if s.replid == "" {
 		s.replid = replid
 	}
-	return replid == s.replid
+	switch {
+	case reached == 0:
+		return fmt.Errorf("redis coordinator: watch: the shared heartbeat channel has no subscriber on the node the commands go to, "+
+			"not%s where the subscription is (a failover, or a moved slot): %w", on(s.node), coordinator.ErrFeedLost)
+	case replid != s.replid:
+		return fmt.Errorf("redis coordinator: watch: the commands go to a node of another master's replication ID (%.8s) "+
+			"than the subscription%s was made on (%.8s): a failover, or a proxy that moved: %w", replid, on(s.node), s.replid, coordinator.ErrFeedLost)
+	}
+	return nil
 }
 
 // silence is the error of a subscription that heard no heartbeat for d.

@@ -76,6 +76,25 @@ func BenchmarkBusyServer(b *testing.B) {
 			}
 		})
 	})
+	// What a Watch in doubt asks of its shared channel (census.lua), on
+	// a channel with as many followers as the heartbeats' above.
+	b.Run("census", func(b *testing.B) {
+		admin, rdb, _ := benchServer(b, conns)
+		ctx := context.Background()
+		ch := DefaultPrefix + layout + ":{fleet}:heartbeat"
+		for range conns {
+			followers := admin.Subscribe(ctx, ch)
+			b.Cleanup(func() { followers.Close() })
+			if _, err := followers.Receive(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		busy(b, admin, conns, "evalsha", func(ctx context.Context) {
+			if err := plainScripts.census.Run(ctx, rdb, []string{ch}).Err(); err != nil {
+				b.Error(err)
+			}
+		})
+	})
 }
 
 // benchServer starts a server and returns a client to read its statistics

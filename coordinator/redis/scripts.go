@@ -40,6 +40,8 @@ var (
 	policyLua string
 	//go:embed heartbeat.lua
 	heartbeatLua string
+	//go:embed census.lua
+	censusLua string
 	//go:embed cause.lua
 	causeLua string
 
@@ -138,8 +140,8 @@ func stateLua(batches bool) string {
 
 type scripts struct {
 	admit, record, settle, snapshot, control, push *goredis.Script
-	// policy, heartbeat and cause need none of lib.lua.
-	policy, heartbeat, cause *goredis.Script
+	// policy, heartbeat, census and cause need none of lib.lua.
+	policy, heartbeat, census, cause *goredis.Script
 }
 
 func newScripts(publish string) *scripts {
@@ -160,6 +162,7 @@ func newScripts(publish string) *scripts {
 		push:      script(libLua, stateLua(false), readLua, writeLua, pushLua),
 		policy:    script(policyLua),
 		heartbeat: script(heartbeatLua),
+		census:    script(censusLua),
 		cause:     script(causeLua),
 	}
 }

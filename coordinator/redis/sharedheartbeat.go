@@ -9,8 +9,6 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
 // The shared heartbeat channel (see heartbeat.go): its name, whose turn it
@@ -23,9 +21,10 @@ import (
 // The publisher says in each heartbeat how many the previous one reached
 // (PUBLISH's reply). Over sharedCap, every follower moves one level or
 // more deeper: level L has 2^L channels, and a Watch takes the one its id
-// hashes to. Under a quarter of it, they move a level back up. All the
-// followers hear the same count, so they move together; a Watch listens
-// on the old channel until Redis confirms the new one.
+// hashes to. Under a quarter of it, they move a level back up. The
+// publisher moves on its reply; the followers hear the count, and each
+// moves on its own census of the channel (census.lua), in the next period;
+// a Watch listens on the old channel until Redis confirms the new one.
 
 // sharedCap is how many followers a shared channel keeps at most: its
 // heartbeat then holds the node about 2.5 ms.
@@ -103,45 +102,55 @@ func (s *sub) shares(now time.Time, period time.Duration) bool {
 	return s.sharing
 }
 
-// heardShared takes a heartbeat heard on s's shared channel at:
+// heardShared takes a message heard on s's shared channel at, and reports
+// whether it is a heartbeat, which proves the subscription alive:
 // "<id> <replid>", or "<id> <replid> <followers>" (how many the
-// publisher's previous heartbeat reached; heartbeat.lua). It returns the
-// channel s is to move to, if any, which the caller subscribes to, or
-// why the feed is lost. A Watch of the release before the replication ID
-// sent "<id>" or "<id> <followers>", and an older Watch finds no count in
-// this one: both go on taking turns with the other.
-func (w *watch) heardShared(s *sub, payload string, at time.Time) (move string, err error) {
+// publisher's previous heartbeat reached; heartbeat.lua). Anyone who may
+// publish there can send one, so what it says is a hint: a heartbeat of
+// another stream than the replies named, or a count that would move s to
+// another level, only puts s in doubt, which its next census settles
+// (doubts), and only a heartbeat of the stream counts as another Watch's
+// turn. A message no Watch sends is not heard at all.
+func (w *watch) heardShared(s *sub, payload string, at time.Time) bool {
 	id, rest, _ := strings.Cut(payload, " ")
 	replid, count, _ := strings.Cut(rest, " ")
-	if !isReplid(replid) {
-		replid, count = "", rest
+	if id == "" || !isReplid(replid) {
+		return false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if s.replid == "" || replid != s.replid {
+		s.doubt = true
+		return false
+	}
 	if id != w.id {
 		s.other = at
 		if id < w.id {
 			s.smaller = at
 		}
 	}
-	if replid != "" && !s.sameStream(replid) {
-		return "", fmt.Errorf("redis coordinator: watch: a heartbeat heard%s carries another master's replication ID (%.8s, was %.8s): "+
-			"a failover, after which what was published meanwhile may not have come: %w", on(s.node), replid, s.replid, coordinator.ErrFeedLost)
+	if followers, err := strconv.Atoi(count); err == nil && followers > 0 && level(followers, s.level, w.c.sharedCap) != s.level {
+		s.doubt = true
 	}
-	followers, err := strconv.Atoi(count)
-	if err != nil || followers <= 0 || s.moving != "" || s.closed {
-		return "", nil
-	}
-	if to := level(followers, s.level, w.c.sharedCap); to != s.level {
-		s.moving, s.movingLevel = sharedChannel(s.base, to, w.id), to
-		return s.moving, nil
-	}
-	return "", nil
+	return true
+}
+
+// censusPeriods is how many periods a subscription that publishes no
+// heartbeat goes without a census when nothing put it in doubt: a bound
+// on how long heartbeats forged with the right replication ID, which
+// keep it from publishing, can hide a failover from it.
+const censusPeriods = 20
+
+// doubts reports whether s, publishing no heartbeat this period, takes a
+// census of its shared channel: in doubt, at most once a period, else
+// once every censusPeriods.
+func (s *sub) doubts(now time.Time, period time.Duration) bool {
+	since := now.Sub(s.checked)
+	return s.doubt && since >= period || since >= censusPeriods*period
 }
 
 // isReplid reports whether f is a replication ID (40 hexadecimal digits)
-// or heartbeat.lua's "-" for a server whose INFO has none, rather than a
-// count of followers.
+// or heartbeat.lua's "-" for a server whose INFO has none.
 func isReplid(f string) bool {
 	if f == "-" {
 		return true
@@ -167,8 +176,8 @@ func (s *sub) moved() (left string) {
 	return left
 }
 
-// move subscribes s to the shared channel ch, from s's reader; confirmed
-// then moves s there.
+// move subscribes s to the shared channel ch; confirmed then moves s
+// there.
 func (w *watch) move(s *sub, ch string) {
 	var err error
 	if s.sharded {

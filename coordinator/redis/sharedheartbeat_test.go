@@ -418,48 +418,69 @@ func splitsAndMerges(t *testing.T, client func() goredis.UniversalClient, scope 
 	}
 }
 
-// A heartbeat heard says which master's stream it came in; so does the
-// reply to one published. The first a subscription hears is its stream,
-// and another is a lost feed. Heartbeats of the release before, which
-// carried no replication ID, are heard for the turns and counts alone.
+// The replies to a Watch's heartbeats and censuses say which master's
+// stream its subscription hears, the first of them, and another is a lost
+// feed; so is a reply that counts no subscriber. A heartbeat heard is a
+// hint: one of another stream, or before any reply, puts the subscription
+// in doubt and is not heard, nor is a message no Watch sends; a count
+// that calls for another level puts it in doubt too. Only heartbeats of
+// the stream are other Watches' turns.
 func TestHeartbeatLineage(t *testing.T) {
 	const (
 		a = "0123456789abcdef0123456789abcdef01234567"
 		b = "fedcba9876543210fedcba9876543210fedcba98"
 	)
 	type step struct {
-		payload string // heard, or else the reply to a heartbeat published
+		payload string // heard, or else the reply to a heartbeat or census
 		reached int64
 		replid  string
 		lost    string // in the error, or none
+		// heard: the message counts as a heartbeat; doubt: the
+		// subscription is in doubt after the step; turn: another
+		// Watch's turn was heard.
+		heard, doubt, turn bool
 	}
 	for _, tc := range []struct {
 		name  string
 		steps []step
 	}{
-		{"one stream", []step{{payload: "X " + a}, {payload: "Y " + a + " 12"}, {reached: 3, replid: a}}},
-		{"heard another", []step{{payload: "X " + a}, {payload: "Y " + b, lost: "heard"}}},
-		{"published to another", []step{{payload: "X " + a}, {reached: 3, replid: b, lost: "went to a node of another"}}},
-		{"published first, then heard another", []step{{reached: 1, replid: a}, {payload: "X " + b, lost: "heard"}}},
-		{"reached nobody", []step{{reached: 0, replid: a, lost: "reached no subscriber"}}},
-		{"the release before", []step{{payload: "X"}, {payload: "Y 12"}, {payload: "Z " + a}, {payload: "X 7"}, {payload: "Z " + a + " 3"}}},
-		{"a server without replication ID", []step{{payload: "X -"}, {payload: "Y - 4"}, {reached: 2, replid: "-"}}},
+		{"one stream", []step{{reached: 3, replid: a}, {payload: "X " + a, heard: true, turn: true}, {payload: "Y " + a + " 2", heard: true, turn: true}, {reached: 3, replid: a, turn: true}}},
+		{"heard before any reply", []step{{payload: "X " + a, doubt: true}, {reached: 2, replid: a}, {payload: "X " + a, heard: true, turn: true}}},
+		{"heard another, a forgery", []step{{reached: 3, replid: a}, {payload: "Y " + b, doubt: true}, {reached: 3, replid: a}}},
+		{"heard another, a failover", []step{{reached: 3, replid: a}, {payload: "Y " + b, doubt: true}, {reached: 3, replid: b, lost: "another master's replication ID", doubt: true}}},
+		{"published to another", []step{{reached: 3, replid: a}, {reached: 3, replid: b, lost: "another master's replication ID"}}},
+		{"reached nobody", []step{{reached: 0, replid: a, lost: "no subscriber"}}},
+		{"its own id, another stream", []step{{reached: 1, replid: a}, {payload: "W " + b, doubt: true}}},
+		{"its own id", []step{{reached: 1, replid: a}, {payload: "W " + a, heard: true}}},
+		{"a count that calls for another level", []step{{reached: 3, replid: a}, {payload: "Y " + a + " 5000", heard: true, turn: true, doubt: true}}},
+		{"junk", []step{{reached: 3, replid: a}, {payload: "X"}, {payload: "X 12"}, {payload: ""}, {payload: " " + a}, {payload: "X " + strings.ToUpper(a)}}},
+		{"a server without replication ID", []step{{reached: 2, replid: "-"}, {payload: "Y - 2", heard: true, turn: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := &watch{id: "W", c: &Coordinator{sharedCap: sharedCap}}
 			s := &sub{}
 			for i, st := range tc.steps {
 				var err error
-				if st.payload != "" {
-					_, err = w.heardShared(s, st.payload, time.Now())
+				if st.payload != "" || st.replid == "" {
+					if heard := w.heardShared(s, st.payload, time.Now()); heard != st.heard {
+						t.Fatalf("step %d: heard %q = %v; want %v", i, st.payload, heard, st.heard)
+					}
 				} else {
-					err = s.lineage(st.reached, st.replid)
+					if err = s.lineage(st.reached, st.replid); err == nil {
+						s.doubt = false
+					}
 				}
 				switch {
 				case st.lost == "" && err != nil:
 					t.Fatalf("step %d: %v; want none", i, err)
 				case st.lost != "" && (err == nil || !errors.Is(err, coordinator.ErrFeedLost) || !strings.Contains(err.Error(), st.lost)):
 					t.Fatalf("step %d: %v; want a lost feed, %q", i, err, st.lost)
+				}
+				if s.doubt != st.doubt {
+					t.Fatalf("step %d: in doubt %v; want %v", i, s.doubt, st.doubt)
+				}
+				if turn := !s.other.IsZero(); turn != st.turn {
+					t.Fatalf("step %d: another's turn heard %v; want %v", i, turn, st.turn)
 				}
 			}
 		})
@@ -468,5 +489,72 @@ func TestHeartbeatLineage(t *testing.T) {
 		if isReplid(f) != want {
 			t.Errorf("isReplid(%q) = %v", f, !want)
 		}
+	}
+}
+
+// Anyone who may publish on the shared heartbeat channel can send
+// anything there: heartbeats of another replication ID (its own Watches'
+// id among them), counts that would split the channel, junk. None of it
+// ends a feed or moves a Watch: each checks what it doubts with a census
+// of its own. The feeds still carry transitions afterwards.
+func TestForgedHeartbeatsEndNoFeed(t *testing.T) {
+	t.Parallel()
+	const (
+		watches = 4
+		period  = 100 * time.Millisecond
+		forging = 30 * period // ten silence bounds
+	)
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var ws []*watch
+	var c *Coordinator
+	for range watches {
+		c = New(srv.Client(t), WithHeartbeat(period))
+		w := follow(t, ctx, c, "forged").(*watch)
+		beating(t, w)
+		ws = append(ws, w)
+	}
+	shared, err := c.heartbeatBase(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forger := srv.Client(t)
+	real := infoReplid(t, ctx, forger)
+	other := strings.Repeat("ab", 20)
+	forged := []string{
+		"X " + other,                   // another stream
+		ws[0].id + " " + other,         // a Watch's own id, another stream
+		"0 " + other + " 1000000",      // another stream, a count that would split
+		"0 " + real + " 1000000",       // this stream, a count that would split
+		"junk", "X 12", "", " " + real, // no heartbeat at all
+	}
+	start := time.Now()
+	for sent := 0; time.Since(start) < forging; sent++ {
+		if err := forger.Publish(ctx, shared, forged[sent%len(forged)]).Err(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(period / 5)
+	}
+	for i, w := range ws {
+		if err := w.failed(); err != nil {
+			t.Fatalf("Watch %d lost its feed to forged heartbeats: %v", i, err)
+		}
+		w.mu.Lock()
+		for _, s := range w.subs {
+			if s.level != 0 || s.moving != "" || s.shared != shared {
+				t.Errorf("Watch %d moved to %q (level %d, moving to %q); want it on %q", i, s.shared, s.level, s.moving, shared)
+			}
+			if s.replid != real || !s.checked.After(start) {
+				t.Errorf("Watch %d believes replication ID %q, last checked %v before the forgery; want %q, checked since",
+					i, s.replid, start.Sub(s.checked), real)
+			}
+		}
+		w.mu.Unlock()
+	}
+	// The feeds carry what the coordinator publishes.
+	tr := trip(t, c, "forged")
+	for _, w := range ws {
+		next(t, ctx, w, tr)
 	}
 }

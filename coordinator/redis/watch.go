@@ -83,9 +83,13 @@ type sub struct {
 	node    string // its key in watch.subs
 	base    string // the start of its shared heartbeat channels' names (heartbeatBase)
 	shared  string // the channel of the heartbeats shared with other Watches
-	// replid is the replication ID of the stream the heartbeats come in,
-	// the first heard or published to (sameStream).
-	replid string
+	// replid is the replication ID of the stream the subscription hears,
+	// as the first reply to a heartbeat or census named it (lineage);
+	// checked is when the last reply came, and doubt says that a message
+	// heard since calls for a census (doubts).
+	replid  string
+	checked time.Time
+	doubt   bool
 	// level is the shared channel's level, moving the one Redis has yet
 	// to confirm, at movingLevel, and followers how many the Watch's last
 	// heartbeat on it reached (sharedheartbeat.go).
@@ -324,14 +328,8 @@ func (w *watch) read(s *sub) {
 		case *goredis.Message:
 			switch m.Channel {
 			case s.shared:
-				heard = time.Now()
-				ch, err := w.heardShared(s, m.Payload, heard)
-				if err != nil {
-					w.fail(err)
-					return
-				}
-				if ch != "" {
-					w.move(s, ch)
+				if at := time.Now(); w.heardShared(s, m.Payload, at) {
+					heard = at
 				}
 				continue
 			}

@@ -10,7 +10,7 @@ import (
 // coordinator's user, word for word, for [Server.SetUser].
 const ACLGrant = "resetkeys ~cbgrpc:* resetchannels &cbgrpc:* -@all " +
 	"+evalsha +eval +time +hget +hgetall +hmget +hset +hdel +hvals +del +persist +pexpire " +
-	"+publish +spublish +subscribe +ssubscribe +unsubscribe +sunsubscribe +ping +info +wait"
+	"+publish +spublish +subscribe +ssubscribe +unsubscribe +sunsubscribe +pubsub|numsub +pubsub|shardnumsub +ping +info +wait"
 
 // SetUser creates (or resets) the ACL user name with password and
 // exactly the rules of grant, ACL SETUSER words separated by spaces
