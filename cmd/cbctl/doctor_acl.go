@@ -78,8 +78,16 @@ func (d *doctor) checkACL(ctx context.Context, n *goredis.Client, v serverVersio
 	how, note := "ACL DRYRUN", ""
 	denied, err := dryRun(ctx, n, user, g)
 	if err != nil && strings.HasPrefix(err.Error(), "ERR Unknown subcommand") {
-		how, note = "ACL GETUSER", "; +spublish +ssubscribe +sunsubscribe left out, which Redis 6 lacks"
+		how, note = "ACL GETUSER", "; +spublish +ssubscribe +sunsubscribe +pubsub|shardnumsub left out, which Redis 6 lacks"
 		denied, err = d.getUserDenied(ctx, n, user, g)
+	}
+	var more []string
+	if err == nil && len(denied) == 0 {
+		if how == "ACL DRYRUN" {
+			more, err = dryRunAllowed(ctx, n, user, beyond(d.e.prefix))
+		} else {
+			more, err = d.getUserAllowed(ctx, n, user, beyond(d.e.prefix))
+		}
 	}
 	switch {
 	case err != nil:
@@ -87,9 +95,71 @@ func (d *doctor) checkACL(ctx context.Context, n *goredis.Client, v serverVersio
 	case len(denied) > 0:
 		d.add(check, d.node(n), statusFail, fmt.Sprintf("user %q lacks part of the grant of docs/redis-acl.md: %s", user, strings.Join(denied, "; ")),
 			fmt.Sprintf("ACL SETUSER %s with the grant of docs/redis-acl.md, prefix %q", user, d.e.prefix))
+	case len(more) > 0 && user == "default":
+		// A server with no ACL of its own: development, most often.
+		d.add(check, d.node(n), statusOK, fmt.Sprintf("user %q holds the grant of docs/redis-acl.md on %s* (%s%s), and every command besides: "+
+			"in production, give the coordinator a user of its own with only the grant", user, d.e.prefix, how, note), "")
+	case len(more) > 0:
+		d.add(check, d.node(n), statusWarn, fmt.Sprintf("user %q holds more than the grant of docs/redis-acl.md: %s; every replica holds its password, "+
+			"so any of them may do as much", user, strings.Join(more, ", ")),
+			fmt.Sprintf("ACL SETUSER %s reset, then the grant of docs/redis-acl.md, prefix %q", user, d.e.prefix))
 	default:
 		d.add(check, d.node(n), statusOK, fmt.Sprintf("user %q holds the grant of docs/redis-acl.md on %s* (%s%s)", user, d.e.prefix, how, note), "")
 	}
+}
+
+// beyond is what of a user's rights outside the grant on prefix doctor
+// warns of: keys and channels outside the prefix, and the commands a
+// replica's password should not carry. Rules name them for ACL GETUSER
+// (a rule of "~" or "&": any pattern not under the prefix), commands for
+// ACL DRYRUN (which finds a pattern that takes a name outside the prefix,
+// "*" or "d*", not every one: "other:*").
+func beyond(prefix string) []grantCommand {
+	outside := "doctor-outside"
+	if strings.HasPrefix(outside, prefix) {
+		outside = "x" + outside
+	}
+	return []grantCommand{
+		{"~keys outside " + prefix + "*", []any{"HGET", outside, "f"}},
+		{"&channels outside " + prefix + "*", []any{"PUBLISH", outside, "m"}},
+		{"+set", []any{"SET", prefix + "doctor", "v"}},
+		{"+keys", []any{"KEYS", "*"}},
+		{"+flushall", []any{"FLUSHALL"}},
+		{"+config|set", []any{"CONFIG", "SET", "maxmemory", "0"}},
+		{"+script|flush", []any{"SCRIPT", "FLUSH"}},
+		{"+acl|setuser", []any{"ACL", "SETUSER", "doctor"}},
+		{"+shutdown", []any{"SHUTDOWN"}},
+	}
+}
+
+// dryRunAllowed returns what of g ACL DRYRUN lets user do, named by
+// beyondName.
+func dryRunAllowed(ctx context.Context, n *goredis.Client, user string, g []grantCommand) ([]string, error) {
+	var allowed []string
+	err := dryRunEach(ctx, n, user, g, func(c grantCommand, answer string) {
+		if answer == "OK" {
+			allowed = append(allowed, beyondName(c.rule))
+		}
+	})
+	return allowed, err
+}
+
+// beyondName names one of beyond's rules to a person: "keys outside
+// cbgrpc:*", "CONFIG SET".
+func beyondName(rule string) string {
+	if rule[0] == '+' {
+		return strings.ToUpper(strings.ReplaceAll(rule[1:], "|", " "))
+	}
+	return rule[1:]
+}
+
+// getUserAllowed is dryRunAllowed read from user's rules (ACL GETUSER).
+func (d *doctor) getUserAllowed(ctx context.Context, n *goredis.Client, user string, g []grantCommand) ([]string, error) {
+	u, err := getUser(ctx, n, user)
+	if err != nil {
+		return nil, err
+	}
+	return u.allowed(ctx, n, g, d.e.prefix)
 }
 
 // errNoUser is a user the server does not have.
@@ -99,16 +169,25 @@ var errNoUser = errors.New("not found")
 // with the refusal.
 func dryRun(ctx context.Context, n *goredis.Client, user string, g []grantCommand) ([]string, error) {
 	var denied []string
-	for _, c := range g {
-		answer, err := n.Do(ctx, append([]any{"ACL", "DRYRUN", user}, c.args...)...).Text()
-		if err != nil {
-			return nil, err
-		}
+	err := dryRunEach(ctx, n, user, g, func(c grantCommand, answer string) {
 		if answer != "OK" {
 			denied = append(denied, fmt.Sprintf("%s (%s)", c.rule, answer))
 		}
+	})
+	return denied, err
+}
+
+// dryRunEach asks ACL DRYRUN whether user may run each command of g, and
+// hands each answer ("OK", or the refusal) to take.
+func dryRunEach(ctx context.Context, n *goredis.Client, user string, g []grantCommand, take func(grantCommand, string)) error {
+	for _, c := range g {
+		answer, err := n.Do(ctx, append([]any{"ACL", "DRYRUN", user}, c.args...)...).Text()
+		if err != nil {
+			return err
+		}
+		take(c, answer)
 	}
-	return denied, nil
+	return nil
 }
 
 // getUserDenied returns the rules of g that user's rules, as ACL GETUSER

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -97,13 +98,11 @@ func (u aclUser) allows(rule string, category func(string) (map[string]bool, err
 	return allowed, nil
 }
 
-// denied is what of the grant g on prefix the user lacks, as the words
-// of the grant: its command rules, and its key and channel patterns when
-// they leave out a name under prefix. The rules of sharded pub/sub are
-// left out.
-func (u aclUser) denied(ctx context.Context, n *goredis.Client, g []grantCommand, prefix string) ([]string, error) {
+// category returns a function that lists the commands of a category, as
+// ACL CAT on n answers, asking once for each.
+func (aclUser) category(ctx context.Context, n *goredis.Client) func(string) (map[string]bool, error) {
 	categories := map[string]map[string]bool{}
-	category := func(name string) (map[string]bool, error) {
+	return func(name string) (map[string]bool, error) {
 		if in, ok := categories[name]; ok {
 			return in, nil
 		}
@@ -118,6 +117,43 @@ func (u aclUser) denied(ctx context.Context, n *goredis.Client, g []grantCommand
 		categories[name] = in
 		return in, nil
 	}
+}
+
+// allowed is what of g (beyond's rules) the user may do, named by
+// beyondName: a "~" or "&" rule when one of its key or channel patterns
+// does not start with prefix.
+func (u aclUser) allowed(ctx context.Context, n *goredis.Client, g []grantCommand, prefix string) ([]string, error) {
+	outside := func(patterns []string) bool {
+		return slices.ContainsFunc(patterns, func(p string) bool { return !strings.HasPrefix(p, prefix) })
+	}
+	category := u.category(ctx, n)
+	var allowed []string
+	for _, c := range g {
+		ok := false
+		switch c.rule[0] {
+		case '~':
+			ok = outside(u.keys)
+		case '&':
+			ok = outside(u.channels)
+		default:
+			var err error
+			if ok, err = u.allows(c.rule, category); err != nil {
+				return nil, err
+			}
+		}
+		if ok {
+			allowed = append(allowed, beyondName(c.rule))
+		}
+	}
+	return allowed, nil
+}
+
+// denied is what of the grant g on prefix the user lacks, as the words
+// of the grant: its command rules, and its key and channel patterns when
+// they leave out a name under prefix. The rules of sharded pub/sub are
+// left out.
+func (u aclUser) denied(ctx context.Context, n *goredis.Client, g []grantCommand, prefix string) ([]string, error) {
+	category := u.category(ctx, n)
 	var denied []string
 	for _, c := range g {
 		if shardedRules[c.rule] {

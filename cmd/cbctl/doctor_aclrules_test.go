@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // The rules ACL GETUSER gives on Redis 6 apply in order, categories
 // included, as Redis applies them.
@@ -50,6 +53,30 @@ func TestGlobMatch(t *testing.T) {
 	} {
 		if got := globMatch(tc.pattern, tc.s); got != tc.want {
 			t.Errorf("globMatch(%q, %q) = %v; want %v", tc.pattern, tc.s, got, tc.want)
+		}
+	}
+}
+
+// On Redis 6, what a user holds beyond the grant is read from its rules
+// and patterns as ACL GETUSER gives them.
+func TestACLRulesBeyondTheGrant(t *testing.T) {
+	for _, tc := range []struct {
+		commands, keys, channels string
+		want                     string
+	}{
+		{"-@all +evalsha +hget", "cbgrpc:*", "cbgrpc:*", ""},
+		{"-@all +evalsha +flushall +config", "cbgrpc:*", "cbgrpc:*", "FLUSHALL CONFIG SET"},
+		{"-@all +evalsha", "*", "cbgrpc:*", "keys outside cbgrpc:*"},
+		{"-@all +evalsha", "cbgrpc:* other:*", "*", "keys outside cbgrpc:* channels outside cbgrpc:*"},
+		{"-@all +script|flush +acl|setuser", "cbgrpc:*", "cbgrpc:*", "SCRIPT FLUSH ACL SETUSER"},
+	} {
+		u := aclUser{commands: words(tc.commands), keys: words(tc.keys), channels: words(tc.channels)}
+		got, err := u.allowed(nil, nil, beyond("cbgrpc:"), "cbgrpc:")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("%q on keys %q and channels %q holds beyond the grant %q; want %q", tc.commands, tc.keys, tc.channels, got, tc.want)
 		}
 	}
 }

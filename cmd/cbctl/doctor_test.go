@@ -129,6 +129,13 @@ func TestDoctorMissingGrant(t *testing.T) {
 	out.want(t, "acl", statusFail, `user "svc" lacks part of the grant of docs/redis-acl.md: +info`)
 	out.wantOnly(t, "acl")
 	admin.doctor(exitOK, "--user", "full").want(t, "acl", statusOK, `user "full" holds the grant`)
+	// More than the grant: a warning that names what.
+	srv.SetUser(t, "wide", "pw", redistest.ACLGrant+" ~* +flushall +config|set")
+	out = admin.doctor(exitWarnings, "--user", "wide")
+	out.want(t, "acl", statusWarn, `user "wide" holds more than the grant of docs/redis-acl.md: keys outside cbgrpc:*, FLUSHALL, CONFIG SET;`)
+	out.wantOnly(t, "acl")
+	// The default user of a server with no ACL holds everything: said, not warned of.
+	admin.doctor(exitOK, "--user", "default").want(t, "acl", statusOK, "and every command besides")
 	admin.doctor(exitFailures, "--user", "nobody").want(t, "acl", statusFail, `no user "nobody"`)
 
 	out = newCLI(t, srv.Addr(), "CBCTL_REDIS_USERNAME=svc", "CBCTL_REDIS_PASSWORD=pw").doctor(exitFailures)
