@@ -277,9 +277,10 @@ type call struct {
 	fate  fate
 	gen   uint64 // the generation admitted under
 	claim string // a probe's
-	// urgent: the outcome goes to the coordinator at once (an outlier's
-	// probe, outlier.go).
-	urgent bool
+	// outlierProbe: the call is this replica's probe as an outlier
+	// (outlier.go): its outcome says so (Outcome.Probe) and goes to the
+	// coordinator at once.
+	outlierProbe bool
 	// untimed: the policy admitted under counts no slow calls, so the
 	// call's duration is not read (a clock read saved on every call);
 	// slowAfter, when it does, is its SlowCallDuration: a slow call's
@@ -554,7 +555,8 @@ func (b *Breaker) finish(ctx context.Context, c *call, err error) Class {
 	it.outcome.Generation, it.outcome.Failure, it.outcome.Duration = c.gen, class == Failure, d
 	it.at = c.start.Add(d)
 	it.caller = trace.SpanContextFromContext(ctx)
-	it.urgent = c.urgent || (c.slowAfter > 0 && d >= c.slowAfter)
+	it.outcome.Probe = c.outlierProbe
+	it.urgent = c.outlierProbe || (c.slowAfter > 0 && d >= c.slowAfter)
 	if class == Failure {
 		// A failure seen here may be the start of a trip: until the
 		// coordinator answers again, this scope's admissions ask it, so

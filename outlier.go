@@ -14,8 +14,10 @@ import (
 // fleet's do not. The answer to its Record says so (Result.Outlier), the
 // table keeps it (knowledge.learn), and this replica alone rejects its
 // calls of the scope until the period the coordinator gave ends. Then it
-// sends one call at a time as its probe, whose outcome goes at once: the
-// coordinator's answer ends the spell, or starts another period. Nothing
+// sends one call at a time as its probe, whose outcome goes at once,
+// marked (Outcome.Probe): the coordinator's answer ends the spell, or
+// starts another period; the outcomes of calls let through before the
+// spell that end late are no probe. Nothing
 // of it is decided here: the table only holds what the coordinator said.
 
 // outlierFact is what the coordinator last said of this replica as an
@@ -61,7 +63,9 @@ func (b *Breaker) admitOutlier(ctx context.Context, c *call, f *fact) (err error
 		return b.rejectOutlier(ctx, c, o, 0, "this replica alone is failing ("+o.reason+"); its probe is out"), true
 	}
 	b.tel.decision(ctx, c, coordinator.Probe, byOutlier)
-	c.fate, c.urgent = recorded, true
+	// Not watched for stalls: a stall's report is no probe, and a probe
+	// that hangs fails at its deadline.
+	c.fate, c.outlierProbe, c.unwatched = recorded, true, true
 	return nil, true
 }
 

@@ -133,14 +133,16 @@ func outlierGauge(t *testing.T, m *metrics) map[string]int64 {
 	return out
 }
 
-// TestOutlierProbesAloneAfterItsPeriod: once its period has ended, an
-// outlier lets one call through at a time, as its probe, whose outcome
-// goes at once; a success ends its spell.
-func TestOutlierProbesAloneAfterItsPeriod(t *testing.T) {
+// outlierAfterItsPeriod has a replica "bad" found an outlier of scope
+// beside a healthy one, over the in-process coordinator, and returns it
+// once its period has ended, by the coordinator's clock and this
+// process's, with the end. before, if not nil, runs as bad's first calls
+// are about to fail.
+func outlierAfterItsPeriod(t *testing.T, scope string, before func(bad *Breaker)) (*Breaker, *testCoordinator, instant) {
+	t.Helper()
 	clk := coordinatortest.NewClock()
 	_, tc := memoryWith(t, clk)
 	p := outlierPolicy()
-	const scope = "outlier/probe"
 	// An hour between Records: only its introduction sends good's first outcome.
 	good := newBreaker(t, tc, WithPolicy(p), WithReplicaID("good"), WithRecordInterval(time.Hour))
 	bad := newBreaker(t, tc, WithPolicy(p), WithReplicaID("bad"))
@@ -148,23 +150,33 @@ func TestOutlierProbesAloneAfterItsPeriod(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "good's first outcome", func() bool { return tc.recorded.Load() == 1 })
+	if before != nil {
+		before(bad)
+	}
 	for i := 0; callOnce(bad, scope, errTransport) == nil; i++ {
 		if i == 1000 {
 			t.Fatal("bad was never found an outlier")
 		}
 		time.Sleep(time.Millisecond)
 	}
-
-	// Its period ends, by the coordinator's clock and this process's.
 	clk.Advance(p.OpenFor)
 	var until instant
 	eventually(t, "the period to end", func() bool {
 		until = factOf(bad, scope).outlier.until
 		return !instantNow().Before(until)
 	})
+	return bad, tc, until
+}
+
+// TestOutlierProbesAloneAfterItsPeriod: once its period has ended, an
+// outlier lets one call through at a time, as its probe, whose outcome
+// goes at once; a success ends its spell.
+func TestOutlierProbesAloneAfterItsPeriod(t *testing.T) {
+	const scope = "outlier/probe"
+	bad, tc, _ := outlierAfterItsPeriod(t, scope, nil)
 	ctx := context.Background()
 	probe, err := admitCall(bad, ctx, &call{scope: scope, method: testMethod})
-	if err != nil || !probe.urgent {
+	if err != nil || !probe.outlierProbe {
 		t.Fatalf("the first call after the period: %+v, %v; want the probe", probe, err)
 	}
 	var oe *OpenError
@@ -179,6 +191,37 @@ func TestOutlierProbesAloneAfterItsPeriod(t *testing.T) {
 		if err := callOnce(bad, scope, nil); err != nil {
 			t.Errorf("bad's call after its probe succeeded: %v", err)
 		}
+	}
+}
+
+// TestOutlierLateSuccessIsNoProbe: a call an outlier let through before
+// its spell that ends with a success after its period, in the batch of
+// its probe, is not taken for the probe: the probe failed, and the spell
+// goes on.
+func TestOutlierLateSuccessIsNoProbe(t *testing.T) {
+	const scope = "outlier/late"
+	ctx := context.Background()
+	var late *call
+	bad, tc, until := outlierAfterItsPeriod(t, scope, func(bad *Breaker) {
+		var err error
+		if late, err = admitCall(bad, ctx, &call{scope: scope, method: testMethod}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	probe, err := admitCall(bad, ctx, &call{scope: scope, method: testMethod})
+	if err != nil || !probe.outlierProbe {
+		t.Fatalf("the first call after the period: %+v, %v; want the probe", probe, err)
+	}
+	records := tc.records.Load()
+	bad.finish(ctx, late, nil)
+	bad.finish(ctx, probe, errTransport)
+	eventually(t, "the probe's outcome", func() bool { return tc.records.Load() > records })
+	eventually(t, "another period", func() bool {
+		f := factOf(bad, scope)
+		return f.outlier.of(f) && until.Before(f.outlier.until)
+	})
+	if f := factOf(bad, scope); f.outlier.reason != "probe failed" {
+		t.Errorf("the spell goes on for %q; want the probe's failure", f.outlier.reason)
 	}
 }
 

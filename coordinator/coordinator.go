@@ -104,6 +104,13 @@ type Outcome struct {
 	// or recent excursion, holds stalled calls says how many in its
 	// reason ("consecutive failures 20 >= 20, 20 stalled").
 	Stalled bool
+	// Probe marks the outcome of the call a replica the coordinator found
+	// an outlier let through as its probe, its period over
+	// (Result.Outlier): of the current generation, the first so marked
+	// ends the spell or starts another period. The replica's other
+	// outcomes are stale until then, those of calls it let through before
+	// its spell and that ended late among them.
+	Probe bool
 	// Throttled marks a request of the closed generation that the caller
 	// rejected itself by adaptive throttling: the window counts it as a
 	// request, never as a call, a failure or a slow call, and it neither

@@ -101,6 +101,7 @@ const (
 	pathPoliciesSeen
 	pathOutlierFound
 	pathOutlierStale
+	pathOutlierLate
 	pathOutlierReopened
 	pathOutlierForgiven
 	pathTripLeavingOut
@@ -135,7 +136,7 @@ var pathNames = [numPaths]string{
 	"born again after forgetting", "born above a generation seen", "admitted while ramping", "throttled counted",
 	"would-be rejections counted",
 	"window re-laid", "counted in another layout", "policies seen > 1",
-	"outlier found", "outlier's outcomes stale", "outlier's probe failed", "outlier's probe succeeded",
+	"outlier found", "outlier's outcomes stale", "outlier's late success after its period stale", "outlier's probe failed", "outlier's probe succeeded",
 	"tripped leaving out replicas", "tripped by the recent rule", "tripped with stalls", "outlier replaced by a newer one", "outliers listed", "more replicas failed than tracked", "pushed open", "pushback set its trip's period", "lost state", "fenced after a loss",
 	"rejected while isolated", "isolated", "isolation ended", "released", "disabled", "counted while disabled", "enabled",
 	"override set", "override reset", "answered an override's version",
@@ -275,6 +276,7 @@ type batch struct {
 	id      string
 	calls   []*call
 	outs    []coordinator.Outcome // without generations
+	late    bool                  // an outlier's success after its period, not its probe
 }
 
 func newDriver(t *testing.T, f Factory, opts CompareOptions, seed uint64, reached *[numPaths]int) *driver {

@@ -140,6 +140,9 @@ func (h *harness) snapshot() coordinator.Snapshot {
 
 func fail(gen uint64) coordinator.Outcome { return coordinator.Outcome{Generation: gen, Failure: true} }
 func ok(gen uint64) coordinator.Outcome   { return coordinator.Outcome{Generation: gen} }
+
+// asProbe marks o as an outlier's probe.
+func asProbe(o coordinator.Outcome) coordinator.Outcome { o.Probe = true; return o }
 func took(gen uint64, d time.Duration) coordinator.Outcome {
 	return coordinator.Outcome{Generation: gen, Duration: d}
 }

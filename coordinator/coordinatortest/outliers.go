@@ -18,8 +18,9 @@ import (
 // its own (Transition.Replica), its outcomes leave the fleet's window,
 // run and recent excursion, and the rest of its batch is stale. Its
 // Records are stale until its period (OpenFor) ends; then the first
-// outcome of the generation is its probe: a success ends its spell, a
-// failure starts a period twice as long, up to MaxOpenFor. A replica
+// outcome of the generation marked as its probe (Outcome.Probe) is: a
+// success ends its spell, a failure starts a period twice as long, up to
+// MaxOpenFor. Its other outcomes stay stale, late successes among them. A replica
 // heard alone within the window is its own fleet, never an outlier. There
 // are never more than Outliers at once: a new one ends the spell that
 // began first. Outliers spend nothing of what a trip leaves out.
@@ -157,7 +158,7 @@ func testOutlierProbeSuccessEndsTheSpell(t *testing.T, f Factory) {
 	good, bad := h.as("good"), h.as("bad")
 	gen, at := outlier(h, good, bad)
 	h.clock.Set(at.Add(h.p.OpenFor))
-	res := bad.record(ok(gen), fail(gen))
+	res := bad.record(asProbe(ok(gen)), fail(gen))
 	h.wantResult("bad's probe and one more call", res, closed, gen, 0)
 	bad.wantReplicaTransition("bad's probe", res.Transition, halfOpen, closed, gen, "probe succeeded", time.Time{})
 	if res.Outlier != nil {
@@ -171,6 +172,27 @@ func testOutlierProbeSuccessEndsTheSpell(t *testing.T, f Factory) {
 	bad.wantReplicaTransition("three failures again", res.Transition, closed, open, gen, "consecutive failures 3 >= 3", h.now().Add(h.p.OpenFor))
 }
 
+// testOutlierLateOutcomesAreNoProbe: once its period is over, an
+// outlier's outcomes not marked as its probe (calls it let through before
+// its spell that ended late) stay stale, in the Record that carries its
+// probe too, before it; the probe alone decides.
+func testOutlierLateOutcomesAreNoProbe(t *testing.T, f Factory) {
+	h := newHarness(t, f, breadthPolicy())
+	good, bad := h.as("good"), h.as("bad")
+	gen, at := outlier(h, good, bad)
+	h.clock.Set(at.Add(h.p.OpenFor))
+	res := bad.record(ok(gen), ok(gen))
+	h.wantResult("bad's late successes", res, closed, gen, 2)
+	h.wantNoTransition("bad's late successes", res.Transition)
+	bad.wantOutlier("bad's late successes", res.Outlier, at, at.Add(h.p.OpenFor), "consecutive failures 3 >= 3")
+	res = bad.record(ok(gen), asProbe(fail(gen)))
+	h.wantResult("a late success, then bad's failed probe", res, closed, gen, 1)
+	bad.wantReplicaTransition("bad's failed probe", res.Transition, halfOpen, open, gen, "probe failed", h.now().Add(h.p.OpenFor))
+	if s := h.snapshot(); s.Calls != 4 || len(s.Outliers) != 1 {
+		t.Errorf("snapshot %+v; want good's 4 calls alone, and bad still an outlier", s)
+	}
+}
+
 func testOutlierProbeFailureDoublesThePeriod(t *testing.T, f Factory) {
 	p := breadthPolicy()
 	p.MaxOpenFor = 350 * time.Millisecond
@@ -179,7 +201,7 @@ func testOutlierProbeFailureDoublesThePeriod(t *testing.T, f Factory) {
 	gen, since := outlier(h, good, bad)
 	for i, period := range []time.Duration{200 * time.Millisecond, 350 * time.Millisecond, 350 * time.Millisecond} {
 		h.clock.Set(h.snapshot().Outliers[0].Until)
-		res := bad.record(fail(gen), ok(gen))
+		res := bad.record(asProbe(fail(gen)), ok(gen))
 		what := "probe " + string(rune('1'+i))
 		h.wantResult(what, res, closed, gen, 1)
 		bad.wantReplicaTransition(what, res.Transition, halfOpen, open, gen, "probe failed", h.now().Add(period))
@@ -192,7 +214,7 @@ func testOutlierProbeFailureDoublesThePeriod(t *testing.T, f Factory) {
 	good, bad = h2.as("good"), h2.as("bad")
 	gen, _ = outlier(h2, good, bad)
 	h2.clock.Set(h2.snapshot().Outliers[0].Until)
-	res := bad.record(fail(gen))
+	res := bad.record(asProbe(fail(gen)))
 	bad.wantReplicaTransition("a failed probe without MaxOpenFor", res.Transition, halfOpen, open, gen, "probe failed", h2.now().Add(p.OpenFor))
 }
 

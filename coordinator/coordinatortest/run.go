@@ -127,6 +127,7 @@ var rules = []struct {
 	{"OutlierNeedsAnotherReplica", testOutlierNeedsAnotherReplica},
 	{"OutlierOutcomesAreStaleWhileIsolated", testOutlierOutcomesAreStaleWhileIsolated},
 	{"OutlierProbeSuccessEndsTheSpell", testOutlierProbeSuccessEndsTheSpell},
+	{"OutlierLateOutcomesAreNoProbe", testOutlierLateOutcomesAreNoProbe},
 	{"OutlierProbeFailureDoublesThePeriod", testOutlierProbeFailureDoublesThePeriod},
 	{"FleetTripEndsEverySpell", testFleetTripEndsEverySpell},
 	{"OutlierTransitionsStayOffTheFeed", testOutlierTransitionsStayOffTheFeed},

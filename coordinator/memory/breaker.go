@@ -327,8 +327,8 @@ func (b *breaker) record(r *rules, now int64, q coordinator.RecordRequest) coord
 	stale, counted, start := 0, 0, 0
 	if x != nil && x.until != 0 {
 		// An outlier: its outcomes are stale while its period lasts, and
-		// the first one of the generation after it is its probe.
-		probe := slices.IndexFunc(outcomes, func(o coordinator.Outcome) bool { return o.Generation == b.gen && !o.Throttled })
+		// after it until its probe, the first of the generation so marked.
+		probe := slices.IndexFunc(outcomes, func(o coordinator.Outcome) bool { return o.Generation == b.gen && o.Probe && !o.Throttled })
 		if now < x.until || probe < 0 {
 			res := b.result(r, now, len(outcomes), nil)
 			res.Outlier = x.outlier(now)

@@ -19,7 +19,8 @@
 --   values per run of equal outcomes, in order: their generation
 --   (decimal), flags (1 = failure, 2 = slow, 3 = both, 4 = throttled: a
 --   request the caller rejected itself, no call; 8 with 1 = a stalled
---   call, Outcome.Stalled) and how many
+--   call, Outcome.Stalled; 16 with any but 4 = an outlier's probe,
+--   Outcome.Probe) and how many
 -- Reply: see reply in lib.lua, then stale, the outcomes of other
 --   generations; when the Record counted and left the breaker closed, the
 --   window's calls, failures, slow and throttled; and what mod.answer
@@ -55,6 +56,18 @@ local MARKEDLY = tonumber(ARGV[23])
 local BACKOFF_AFTER = tonumber(ARGV[24])
 local WOULD = 26 -- the first would-be rejections' ARGV
 local OUTCOMES = WOULD + 2 * tonumber(ARGV[25]) -- the first run's ARGV
+
+-- PROBE is the ARGV of the first run marked as an outlier's probe
+-- (false: none), whose mark is taken off here: the rest reads the flags
+-- of the outcome alone.
+local PROBE = false
+for i = OUTCOMES + 1, #ARGV, 3 do
+  local flags = tonumber(ARGV[i])
+  if flags >= 16 then
+    ARGV[i] = tostring(flags - 16)
+    PROBE = PROBE or i - 1
+  end
+end
 
 local REPLICA_FIELD = REPLICA_PREFIX .. REPLICA
 local IDX_S, WIDTH_S = int(IDX), int(WIDTH)
@@ -502,14 +515,11 @@ local stale, counted = 0, 0
 local tr = false
 
 if J and J.x and J.x.till ~= 0 then
-  -- An outlier: its outcomes are stale while its period lasts, and the
-  -- first one of the generation after it is its probe.
-  local probe = false
+  -- An outlier: its outcomes are stale while its period lasts, and
+  -- after it until its probe, the first of the generation so marked.
+  local probe = PROBE and ARGV[PROBE] == generation and PROBE
   local total = 0
   for i = OUTCOMES, #ARGV, 3 do
-    if not probe and ARGV[i] == generation and ARGV[i + 1] ~= '4' then
-      probe = i
-    end
     total = total + tonumber(ARGV[i + 2])
   end
   if NOW < R.x.till or not probe then

@@ -319,7 +319,8 @@ func wouldReject(outcomes []coordinator.Outcome) (would []genCount, calls []coor
 }
 
 // outcomeFlags is how record.lua reads an outcome: 1 failure, 2 slow, 4
-// throttled (alone: a throttled request is no call), 8 stalled (with 1).
+// throttled (alone: a throttled request is no call), 8 stalled (with 1),
+// 16 an outlier's probe.
 func outcomeFlags(p coordinator.Policy, o coordinator.Outcome) int {
 	if o.Throttled {
 		return 4
@@ -330,6 +331,9 @@ func outcomeFlags(p coordinator.Policy, o coordinator.Outcome) int {
 	}
 	if o.Stalled {
 		flags |= 8
+	}
+	if o.Probe {
+		flags |= 16
 	}
 	if p.IsSlow(o.Duration) {
 		flags |= 2
