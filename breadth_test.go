@@ -178,6 +178,7 @@ func TestRedisOneReplicaFailingAloneIsAnOutlier(t *testing.T) {
 			if s.State != coordinator.StateClosed || len(s.Outliers) != 1 || s.Outliers[0].Replica != "broken" {
 				t.Errorf("snapshot %v, outliers %+v; want closed, with the broken replica an outlier", s.State, s.Outliers)
 			}
+			t.Logf("outliers %+v, window %d calls %d failures", s.Outliers, s.Calls, s.Failures)
 		})
 	}
 }
