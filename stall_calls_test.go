@@ -142,14 +142,15 @@ func (f *stallFleet) trips() []coordinator.Transition {
 	return out
 }
 
-// tripReasons returns the cbgrpc.reason of the ended spans of trips.
-func (f *stallFleet) tripReasons() []string {
-	var out []string
+// tripReason returns the cbgrpc.reason of the ended span of the trip into
+// generation gen, and whether there is one.
+func (f *stallFleet) tripReason(gen uint64) (string, bool) {
 	for _, s := range f.spans.Ended() {
 		if s.Name() != "cbgrpc.transition" {
 			continue
 		}
 		var from, to, reason string
+		var at int64
 		for _, a := range s.Attributes() {
 			switch a.Key {
 			case "cbgrpc.state.from":
@@ -158,13 +159,15 @@ func (f *stallFleet) tripReasons() []string {
 				to = a.Value.AsString()
 			case "cbgrpc.reason":
 				reason = a.Value.AsString()
+			case "cbgrpc.generation":
+				at = a.Value.AsInt64()
 			}
 		}
-		if from == "closed" && to == "open" {
-			out = append(out, reason)
+		if from == "closed" && to == "open" && uint64(at) == gen {
+			return reason, true
 		}
 	}
-	return out
+	return "", false
 }
 
 // stallsCounted sums cbgrpc.stalls.
@@ -241,8 +244,8 @@ func testStalledFleet(t *testing.T, c coordinator.Coordinator, stream bool) {
 		t.Errorf("trip reason %q; want it to say the calls stalled", tr.Reason)
 	}
 	// The span ends once the answer that tripped it came back.
-	fleettest.Eventually(t, "the trip's span", 10*time.Second, func() bool { return len(f.tripReasons()) > 0 })
-	if r := f.tripReasons()[0]; !strings.Contains(r, "stalled") {
+	fleettest.Eventually(t, "the trip's span", 10*time.Second, func() bool { _, ok := f.tripReason(tr.Generation); return ok })
+	if r, _ := f.tripReason(tr.Generation); !strings.Contains(r, "stalled") {
 		t.Errorf("the trip's span has cbgrpc.reason %q; want it to say the calls stalled", r)
 	}
 	f.errs.Range(func(code, n any) bool {
