@@ -3,11 +3,13 @@ package cbgrpc_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc"
@@ -159,6 +161,13 @@ func testDryRunFleet(t *testing.T, c coordinator.Coordinator) {
 
 // wouldReject sums cbgrpc.decisions with cbgrpc.decided_by = dry_run.
 func wouldReject(t *testing.T, reader *sdkmetric.ManualReader) int64 {
+	return counted(t, reader, "cbgrpc.decisions", attribute.String("cbgrpc.decided_by", "dry_run"))
+}
+
+// counted sums the points of the counter name that reader collects which
+// carry every attribute of where.
+func counted(t *testing.T, reader *sdkmetric.ManualReader, name string, where ...attribute.KeyValue) int64 {
+	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
@@ -167,11 +176,11 @@ func wouldReject(t *testing.T, reader *sdkmetric.ManualReader) int64 {
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			sum, ok := m.Data.(metricdata.Sum[int64])
-			if m.Name != "cbgrpc.decisions" || !ok {
+			if m.Name != name || !ok {
 				continue
 			}
 			for _, dp := range sum.DataPoints {
-				if v, _ := dp.Attributes.Value("cbgrpc.decided_by"); v.AsString() == "dry_run" {
+				if !slices.ContainsFunc(where, func(kv attribute.KeyValue) bool { v, _ := dp.Attributes.Value(kv.Key); return v != kv.Value }) {
 					n += dp.Value
 				}
 			}

@@ -317,14 +317,14 @@ func (b *Breaker) watchStalls(ctx context.Context) {
 	}
 }
 
-// stalled sends a tick's stalled calls to the coordinator, each a failure
-// that goes at once.
+// stalled sends a tick's stalled calls to the coordinator, each a failure,
+// which the recorder sends at once.
 func (b *Breaker) stalled(scope string, st stalledTick) {
 	b.tel.stalls(scope, st.n)
 	now := instantNow()
 	for range st.n {
 		var it item
-		it.scope, it.at, it.urgent = scope, now, true
+		it.scope, it.at = scope, now
 		it.outcome.Generation, it.outcome.Stalled = st.gen, true
 		it.verdict = b.known.failed(scope)
 		b.rec.add(&it)

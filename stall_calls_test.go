@@ -12,7 +12,6 @@ import (
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
@@ -171,23 +170,7 @@ func (f *stallFleet) tripReason(gen uint64) (string, bool) {
 }
 
 // stallsCounted sums cbgrpc.stalls.
-func (f *stallFleet) stallsCounted() int64 {
-	var rm metricdata.ResourceMetrics
-	if err := f.reader.Collect(context.Background(), &rm); err != nil {
-		f.t.Fatal(err)
-	}
-	var n int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "cbgrpc.stalls" {
-				for _, p := range sum.DataPoints {
-					n += p.Value
-				}
-			}
-		}
-	}
-	return n
-}
+func (f *stallFleet) stallsCounted() int64 { return counted(f.t, f.reader, "cbgrpc.stalls") }
 
 // Four replicas call a dependency that then stops answering: the calls in
 // flight past the threshold trip the fleet's breaker long before their

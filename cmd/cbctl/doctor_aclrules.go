@@ -98,9 +98,9 @@ func (u aclUser) allows(rule string, category func(string) (map[string]bool, err
 	return allowed, nil
 }
 
-// category returns a function that lists the commands of a category, as
-// ACL CAT on n answers, asking once for each.
-func (aclUser) category(ctx context.Context, n *goredis.Client) func(string) (map[string]bool, error) {
+// aclCategories returns a function that lists the commands of a category,
+// as ACL CAT on n answers, asking once for each.
+func aclCategories(ctx context.Context, n *goredis.Client) func(string) (map[string]bool, error) {
 	categories := map[string]map[string]bool{}
 	return func(name string) (map[string]bool, error) {
 		if in, ok := categories[name]; ok {
@@ -126,7 +126,7 @@ func (u aclUser) allowed(ctx context.Context, n *goredis.Client, g []grantComman
 	outside := func(patterns []string) bool {
 		return slices.ContainsFunc(patterns, func(p string) bool { return !strings.HasPrefix(p, prefix) })
 	}
-	category := u.category(ctx, n)
+	category := aclCategories(ctx, n)
 	var allowed []string
 	for _, c := range g {
 		ok := false
@@ -153,7 +153,7 @@ func (u aclUser) allowed(ctx context.Context, n *goredis.Client, g []grantComman
 // they leave out a name under prefix. The rules of sharded pub/sub are
 // left out.
 func (u aclUser) denied(ctx context.Context, n *goredis.Client, g []grantCommand, prefix string) ([]string, error) {
-	category := u.category(ctx, n)
+	category := aclCategories(ctx, n)
 	var denied []string
 	for _, c := range g {
 		if shardedRules[c.rule] {

@@ -102,7 +102,12 @@ func (w *watch) publish() {
 			beats[i].sent = b.script().Eval(ctx, w.c.client, []string{b.ch}, b.args(w.id)...)
 		}
 	}
-	var moves []heartbeat
+	// The subscriptions to move, and where: each subscribes by w.move.
+	type moveTo struct {
+		s  *sub
+		ch string
+	}
+	var moves []moveTo
 	w.mu.Lock()
 	for _, b := range beats {
 		reply, err := b.sent.Slice()
@@ -140,7 +145,7 @@ func (w *watch) publish() {
 			}
 			if to := level(int(reached), b.s.level, w.c.sharedCap); to != b.s.level && b.s.moving == "" {
 				b.s.moving, b.s.movingLevel = sharedChannel(b.s.base, to, w.id), to
-				moves = append(moves, heartbeat{s: b.s, ch: b.s.moving})
+				moves = append(moves, moveTo{b.s, b.s.moving})
 			}
 		}
 	}
