@@ -7,9 +7,9 @@
 // and a MeterProvider whose metrics Prometheus scrapes on /metrics.
 //
 // A client calls an inventory service every 100 ms; its database goes down
-// for a second and a half, then comes back. The breaker trips, rejects
-// calls without sending them, probes and closes again; the example then
-// scrapes its own /metrics, prints the breaker's series and shuts
+// for a second and a half (-outage), then comes back. The breaker trips,
+// rejects calls without sending them, probes and closes again; the example
+// then scrapes its own /metrics, prints the breaker's series and shuts
 // everything down. Without -redis it starts a redis-server of its own on a
 // free loopback port, and stops it at the end.
 //
@@ -56,20 +56,20 @@ const (
 	prefix = "cbgrpc-example-production:"
 	// every is how often the client calls.
 	every = 100 * time.Millisecond
-	// outage is how long the dependency fails, from the fourth call on.
-	outage = 1500 * time.Millisecond
 )
 
 // config is what the flags set.
 type config struct {
-	redis   string // address of a Redis; "" starts a redis-server of its own
-	metrics string // address to serve /metrics on
+	redis   string        // address of a Redis; "" starts a redis-server of its own
+	metrics string        // address to serve /metrics on
+	outage  time.Duration // how long the dependency fails, from the fourth call on; 0: 1.5 s
 }
 
 func main() {
 	var cfg config
 	flag.StringVar(&cfg.redis, "redis", "", "address of the Redis the fleet shares (default: start a redis-server on a free loopback port)")
 	flag.StringVar(&cfg.metrics, "metrics", "127.0.0.1:9464", "loopback address to serve Prometheus /metrics on")
+	flag.DurationVar(&cfg.outage, "outage", 1500*time.Millisecond, "how long the inventory database is down (long enough for a Prometheus to scrape the open breaker)")
 	flag.Parse()
 	// Ctrl-C shuts everything down as the end of the scenario does,
 	// redis-server included; a second one ends the program at once.
@@ -169,7 +169,11 @@ func run(ctx context.Context, w io.Writer, cfg config) (err error) {
 	defer conn.Close()
 	out.printf("Calling the %s service on %s every %v: retry, then the breaker, then otelgrpc.\n\n", scope, lis.Addr(), every)
 
-	if err := scenario(ctx, out, testgrpc.NewTestServiceClient(conn), dep, tel.transitions.recovered); err != nil {
+	outage := cfg.outage
+	if outage <= 0 {
+		outage = 1500 * time.Millisecond
+	}
+	if err := scenario(ctx, out, testgrpc.NewTestServiceClient(conn), dep, outage, tel.transitions.recovered); err != nil {
 		return err
 	}
 	if err := tel.printScrape(ctx, out); err != nil {
@@ -197,10 +201,10 @@ func (d *inventory) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, er
 // scenario calls the dependency every 100 ms, taking its database down
 // for the outage from the fourth call on, until the breaker has tripped
 // and recovered.
-func scenario(ctx context.Context, out *printer, client testgrpc.TestServiceClient, dep *inventory, recovered <-chan struct{}) error {
+func scenario(ctx context.Context, out *printer, client testgrpc.TestServiceClient, dep *inventory, outage time.Duration, recovered <-chan struct{}) error {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	giveUp := time.After(30 * time.Second)
+	giveUp := time.After(30*time.Second + outage)
 	var upAt time.Time
 	for n := 1; ; n++ {
 		switch {
@@ -223,7 +227,7 @@ func scenario(ctx context.Context, out *printer, client testgrpc.TestServiceClie
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-giveUp:
-			return errors.New("the breaker did not trip and recover within 30s")
+			return fmt.Errorf("the breaker did not trip and recover within 30s of the outage's end")
 		case <-tick.C:
 		}
 	}

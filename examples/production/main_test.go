@@ -6,8 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
-	"os/exec"
 	"regexp"
 	"runtime"
 	"strings"
@@ -21,12 +19,7 @@ import (
 // fails it under CI=true: CI must never pass by skipping the real thing.
 func requireRedis(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis-server not found (CI=true requires it): %v", err)
-		}
-		t.Skipf("redis-server not found: %v", err)
-	}
+	requireTool(t, "redis-server", "redis-server")
 }
 
 // checkRun runs the example with cfg and checks that its transcript shows

@@ -69,7 +69,11 @@ func (t *transitions) OnEnd(s sdktrace.ReadOnlySpan) {
 		t.tripped = true
 	case to == "closed" && t.tripped && from != "closed":
 		t.tripped = false
-		close(t.recovered)
+		select {
+		case <-t.recovered: // a second recovery, after the first ended the scenario
+		default:
+			close(t.recovered)
+		}
 	}
 }
 
