@@ -96,10 +96,16 @@ func fleetOf(t *testing.T, srv *redistest.Server, addr, prefix string, n int, pe
 }
 
 // calls has m call every period (0: in a tight loop, a millisecond apart
-// after a rejection) until ctx ends.
+// after a rejection) until ctx ends. A call under way then ends as it
+// would have: cut off by ctx, it would fail with DeadlineExceeded, a
+// failure the dependency never made (under load, the healthy replicas'
+// last calls of a warm-up were failures enough to make a failing replica
+// look less than markedly worse than them).
 func (m *member) calls(ctx context.Context, period time.Duration) {
 	for ctx.Err() == nil {
-		_, err := m.client.EmptyCall(ctx, &testpb.Empty{})
+		callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_, err := m.client.EmptyCall(callCtx, &testpb.Empty{})
+		cancel()
 		switch {
 		case errors.Is(err, ErrOpen):
 			m.rejected.Add(1)
@@ -158,7 +164,11 @@ func TestRedisOneReplicaFailingAloneIsAnOutlier(t *testing.T) {
 			// The healthy replicas are heard first: a replica heard alone is
 			// its own fleet, and trips it.
 			run(200*time.Millisecond, members, periods)
-			bad := newMember(t, srv, addr, "broken", true, opts...)
+			// What the broken replica lost or was told, for a count that
+			// is not exact.
+			mt := newMetrics()
+			var told transitions
+			bad := newMember(t, srv, addr, "broken", true, append(opts, WithMeterProvider(mt.mp), WithOnTransition(told.tell))...)
 			run(2*time.Second, append(members, bad), append(periods, 0))
 
 			for i, m := range members {
@@ -169,7 +179,9 @@ func TestRedisOneReplicaFailingAloneIsAnOutlier(t *testing.T) {
 			before := bad.failedBefore.Load()
 			t.Logf("the broken replica failed %d calls before its first rejection, then %d rejected", before, bad.rejected.Load())
 			if before != int64(want) {
-				t.Errorf("the broken replica failed %d calls before it rejected; want %d", before, want)
+				spell, _ := told.find(func(tt coordinator.Transition) bool { return tt.Replica == "broken" })
+				t.Errorf("the broken replica failed %d calls before it rejected; want %d (its outcomes dropped %d, coordinator errors %d, stalls %d; its first transition %+v)",
+					before, want, mt.sum(t, "cbgrpc.outcomes.dropped"), mt.sum(t, "cbgrpc.coordinator.errors"), mt.sum(t, "cbgrpc.stalls"), spell)
 			}
 			s, err := cbredis.New(srv.Client(t)).Snapshot(context.Background(), scope, p)
 			if err != nil {

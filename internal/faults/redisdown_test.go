@@ -98,9 +98,11 @@ func testRedisStoppedWhileOpen(t *testing.T, noCache bool) {
 		if max := time.Duration(r.MaxUS) * time.Microsecond; max > bound {
 			t.Errorf("replica %d: slowest call took %v with Redis stopped, want at most the coordinator timeout + %v = %v", r.ID, max, slack, bound)
 		}
-		// Only the calls that ask Redis after a back-off wait for it.
-		if p99 := time.Duration(r.P99US) * time.Microsecond; p99 >= cbgrpc.DefaultCoordinatorTimeout {
-			t.Errorf("replica %d: p99 latency %v with Redis stopped, want most calls spared by the back-off (< %v)", r.ID, p99, cbgrpc.DefaultCoordinatorTimeout)
+		// Only the calls that ask Redis after a back-off wait for it: one
+		// a second, which for a replica slowed by a loaded machine can be
+		// more than 1 % of its calls, so the median says "most", not p99.
+		if p50 := time.Duration(r.P50US) * time.Microsecond; p50 >= cbgrpc.DefaultCoordinatorTimeout {
+			t.Errorf("replica %d: median latency %v with Redis stopped, want most calls spared by the back-off (< %v)", r.ID, p50, cbgrpc.DefaultCoordinatorTimeout)
 		}
 	}
 }
