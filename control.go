@@ -19,11 +19,6 @@ var ErrNoController = errors.New("cbgrpc: the coordinator offers no manual contr
 // is one that admits calls: another thing.)
 var ErrShut = errors.New("cbgrpc: the Breaker is shut")
 
-// ErrClosed is the former name of [ErrShut].
-//
-// Deprecated: use [ErrShut]; "closed" is a breaker's state.
-var ErrClosed = ErrShut
-
 // Isolate forces scope's breaker open for the whole fleet, as
 // [coordinator.Controller] describes, through this Breaker's coordinator
 // and policy. Like every transition this process causes, the change is a

@@ -122,12 +122,6 @@ type CarriedPolicy struct {
 	At          time.Time // the last Record that carried it, by the coordinator's clock
 }
 
-// SeenPolicy is the former name of [CarriedPolicy].
-//
-// Deprecated: use [CarriedPolicy]; "seen" is what a caller knows of a
-// scope's generation (the requests' Seen).
-type SeenPolicy = CarriedPolicy
-
 // PolicyChange tells a [PolicyWatch] that an override was set or reset.
 type PolicyChange struct {
 	Target  Target
