@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
@@ -91,7 +92,7 @@ func kindWord(k sdkmetric.InstrumentKind) string {
 
 // freeValues are attributes whose values are the user's: scopes, the
 // Breaker's name, method names and servers.
-var freeValues = map[attribute.Key]bool{attrScope: true, attrBreaker: true, attrRPCMethod: true, attrServerAddress: true, attrServerPort: true}
+var freeValues = map[attribute.Key]bool{attrScope: true, attrBreaker: true, semconv.RPCMethodKey: true, semconv.ServerAddressKey: true, semconv.ServerPortKey: true}
 
 // The telemetry page the README links lists every metric the code
 // creates, with its instrument and unit, every attribute its points carry

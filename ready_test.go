@@ -11,6 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
@@ -147,7 +148,7 @@ func TestMisconfiguredRedisIsNamed(t *testing.T) {
 			if got := errorKind(report); got != tc.kind {
 				t.Errorf("kind of the report = %q, want %q", got, tc.kind)
 			}
-			if n := mt.sum(t, "cbgrpc.coordinator.errors", attrErrorType.String(tc.kind)); n == 0 {
+			if n := mt.sum(t, "cbgrpc.coordinator.errors", semconv.ErrorTypeKey.String(tc.kind)); n == 0 {
 				t.Errorf("no cbgrpc.coordinator.errors with error.type=%q", tc.kind)
 			}
 		})

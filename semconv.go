@@ -9,23 +9,17 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"google.golang.org/grpc"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 )
 
-// Attribute keys of the OpenTelemetry semantic conventions v1.43.0, the
-// version otelgrpc v0.72 follows, set as it sets them: a rejected call's
-// span then reads like the spans of the calls otelgrpc traces, and the
-// metrics join its rpc.client.call.duration on rpc.method.
-const (
-	attrRPCSystemName = attribute.Key("rpc.system.name")
-	attrRPCMethod     = attribute.Key("rpc.method")
-	attrRPCStatusCode = attribute.Key("rpc.response.status_code")
-	attrServerAddress = attribute.Key("server.address")
-	attrServerPort    = attribute.Key("server.port")
-	attrErrorType     = attribute.Key("error.type")
-)
+// The attributes of the OpenTelemetry semantic conventions are those of
+// v1.43.0 (the semconv import), the version otelgrpc v0.72 follows, set as
+// it sets them: a rejected call's span then reads like the spans of the
+// calls otelgrpc traces, and the metrics join its rpc.client.call.duration
+// on rpc.method.
 
 // statusUnavailable is the value of rpc.response.status_code for a
 // rejected call: the name of the code, as the conventions spell it.
@@ -68,7 +62,7 @@ type rpcMetrics struct {
 
 func (ms *rpcMethods) init(base []attribute.KeyValue) {
 	ms.base = base
-	ms.other = ms.newMetrics([]attribute.KeyValue{attrRPCMethod.String("_OTHER"), attrRPCSystemName.String("grpc")})
+	ms.other = ms.newMetrics([]attribute.KeyValue{semconv.RPCMethodKey.String("_OTHER"), semconv.RPCSystemNameGRPC})
 }
 
 // describe makes the attributes of full ("/pkg.Service/Method") called on
@@ -102,10 +96,10 @@ func (ms *rpcMethods) newMetrics(kvs []attribute.KeyValue) *rpcMetrics {
 // reads them: rpc.method is the whole name, service and method.
 func rpcAttrs(full string) (name string, kvs []attribute.KeyValue) {
 	if !strings.HasPrefix(full, "/") {
-		return full, []attribute.KeyValue{attrRPCSystemName.String("grpc")}
+		return full, []attribute.KeyValue{semconv.RPCSystemNameGRPC}
 	}
 	name = full[1:]
-	return name, []attribute.KeyValue{attrRPCMethod.String(name), attrRPCSystemName.String("grpc")}
+	return name, []attribute.KeyValue{semconv.RPCMethodKey.String(name), semconv.RPCSystemNameGRPC}
 }
 
 // serverAttrs returns server.address and server.port of a ClientConn's
@@ -115,11 +109,11 @@ func rpcAttrs(full string) (name string, kvs []attribute.KeyValue) {
 // whole target when no endpoint can be read from it.
 func serverAttrs(target string) []attribute.KeyValue {
 	if host, port, ok := hostPort(target); ok && port >= 0 {
-		return []attribute.KeyValue{attrServerAddress.String(host), attrServerPort.Int(port)}
+		return []attribute.KeyValue{semconv.ServerAddressKey.String(host), semconv.ServerPortKey.Int(port)}
 	}
 	u, err := url.Parse(target)
 	if err != nil {
-		return []attribute.KeyValue{attrServerAddress.String(target)}
+		return []attribute.KeyValue{semconv.ServerAddressKey.String(target)}
 	}
 	endpoint := u.Path
 	if u.Scheme != "unix" && u.Scheme != "unix-abstract" {
@@ -131,16 +125,16 @@ func serverAttrs(target string) []attribute.KeyValue {
 		endpoint = u.Opaque
 	}
 	if endpoint == "" {
-		return []attribute.KeyValue{attrServerAddress.String(target)}
+		return []attribute.KeyValue{semconv.ServerAddressKey.String(target)}
 	}
 	host, port, ok := hostPort(endpoint)
 	switch {
 	case !ok:
-		return []attribute.KeyValue{attrServerAddress.String(endpoint)}
+		return []attribute.KeyValue{semconv.ServerAddressKey.String(endpoint)}
 	case port < 0:
-		return []attribute.KeyValue{attrServerAddress.String(host)}
+		return []attribute.KeyValue{semconv.ServerAddressKey.String(host)}
 	}
-	return []attribute.KeyValue{attrServerAddress.String(host), attrServerPort.Int(port)}
+	return []attribute.KeyValue{semconv.ServerAddressKey.String(host), semconv.ServerPortKey.Int(port)}
 }
 
 // hostPort splits s as "host:port"; port is -1 when it is not a number.

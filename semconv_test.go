@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -37,10 +38,10 @@ func TestDecisionMethodsAreBounded(t *testing.T) {
 	if m.rpcMetrics != ms.other {
 		t.Fatalf("method %d has attributes %v, want _OTHER", maxMethods+1, m.attrs)
 	}
-	if set := attribute.NewSet(m.attrs...); must(set.Value(attrRPCMethod)).AsString() != "_OTHER" {
+	if set := attribute.NewSet(m.attrs...); must(set.Value(semconv.RPCMethodKey)).AsString() != "_OTHER" {
 		t.Errorf("attributes %v, want rpc.method _OTHER", m.attrs)
 	}
-	if set := attribute.NewSet(m.span...); m.name != "svc.S/OneTooMany" || must(set.Value(attrRPCMethod)).AsString() != "svc.S/OneTooMany" {
+	if set := attribute.NewSet(m.span...); m.name != "svc.S/OneTooMany" || must(set.Value(semconv.RPCMethodKey)).AsString() != "svc.S/OneTooMany" {
 		t.Errorf("span %q %v, want the method's own name", m.name, m.span)
 	}
 }
@@ -58,8 +59,8 @@ func TestRPCAttributes(t *testing.T) {
 	} {
 		name, kvs := rpcAttrs(c.full)
 		set := attribute.NewSet(kvs...)
-		method, _ := set.Value(attrRPCMethod)
-		system, _ := set.Value(attrRPCSystemName)
+		method, _ := set.Value(semconv.RPCMethodKey)
+		system, _ := set.Value(semconv.RPCSystemNameKey)
 		if name != c.name || method.AsString() != c.method || system.AsString() != "grpc" {
 			t.Errorf("%q: %q %v; want name %q, method %q", c.full, name, kvs, c.name, c.method)
 		}
@@ -85,8 +86,8 @@ func TestServerAttributesOfATarget(t *testing.T) {
 		{"dns:///", "dns:///", 0},
 	} {
 		set := attribute.NewSet(serverAttrs(c.target)...)
-		address, _ := set.Value(attrServerAddress)
-		port, hasPort := set.Value(attrServerPort)
+		address, _ := set.Value(semconv.ServerAddressKey)
+		port, hasPort := set.Value(semconv.ServerPortKey)
 		if address.AsString() != c.address || hasPort != (c.port != 0) || int(port.AsInt64()) != c.port {
 			t.Errorf("%q: %v; want address %q, port %d", c.target, set.ToSlice(), c.address, c.port)
 		}
@@ -104,8 +105,8 @@ func TestServerAttributesOfAClientConn(t *testing.T) {
 	var ms rpcMethods
 	ms.init(nil)
 	m := ms.describe(cc, "/svc.S/M", true)
-	want := attribute.NewSet(attrRPCMethod.String("svc.S/M"), attrRPCSystemName.String("grpc"),
-		attrServerAddress.String("localhost"), attrServerPort.Int(50051))
+	want := attribute.NewSet(semconv.RPCMethodKey.String("svc.S/M"), semconv.RPCSystemNameKey.String("grpc"),
+		semconv.ServerAddressKey.String("localhost"), semconv.ServerPortKey.Int(50051))
 	if got := attribute.NewSet(m.span...); !got.Equals(&want) {
 		t.Errorf("span attributes %v, want %v (canonical target %q)", got.ToSlice(), want.ToSlice(), cc.CanonicalTarget())
 	}

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
@@ -268,7 +269,7 @@ func (t *telemetry) decision(ctx context.Context, c *call, v coordinator.Verdict
 }
 
 func (t *telemetry) feedLost(ctx context.Context, err error) {
-	t.feedLosses.Add(ctx, 1, metric.WithAttributes(append([]attribute.KeyValue{attrErrorType.String(errorKind(err))}, t.base...)...))
+	t.feedLosses.Add(ctx, 1, metric.WithAttributes(append([]attribute.KeyValue{semconv.ErrorTypeKey.String(errorKind(err))}, t.base...)...))
 }
 
 // stalls counts n calls of scope reported stalled.
@@ -291,7 +292,7 @@ func (t *telemetry) coordinatorCall(ctx context.Context, scope, op string, d tim
 		t.latency.Record(ctx, d.Seconds(), t.attrs(scope, attrOperation.String(op)))
 	}
 	if err != nil {
-		t.errors.Add(ctx, 1, t.attrs(scope, attrOperation.String(op), attrErrorType.String(errorKind(err))))
+		t.errors.Add(ctx, 1, t.attrs(scope, attrOperation.String(op), semconv.ErrorTypeKey.String(errorKind(err))))
 	}
 }
 
@@ -374,7 +375,7 @@ func (t *telemetry) rejected(ctx context.Context, c *call, e *OpenError, by deci
 		trace.WithTimestamp(c.start.wall()),
 		trace.WithLinks(links...),
 		trace.WithAttributes(m.span...),
-		trace.WithAttributes(attrRPCStatusCode.String(statusUnavailable)),
+		trace.WithAttributes(semconv.RPCResponseStatusCodeKey.String(statusUnavailable)),
 		trace.WithAttributes(kvs...))
 	span.SetStatus(otelcodes.Error, e.Error())
 	span.End()
@@ -394,7 +395,7 @@ func coordinatorFailure(ctx context.Context, scope string, v coordinator.Verdict
 		attrPolicy.String(p.String()),
 	}
 	if cause != nil {
-		kvs = append(kvs, attrErrorType.String(errorKind(cause)))
+		kvs = append(kvs, semconv.ErrorTypeKey.String(errorKind(cause)))
 	}
 	span.AddEvent(eventCoordinatorFailure, trace.WithAttributes(kvs...))
 }

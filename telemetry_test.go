@@ -14,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
@@ -331,8 +332,8 @@ func TestRejectedCallSpan(t *testing.T) {
 			if n := len(tr.events(eventRejected)); n != 1 {
 				t.Errorf("%d rejection events on the caller's span, want 1", n)
 			}
-			if got := mt.sum(t, "cbgrpc.decisions", attrVerdict.String("reject"), attrRPCSystemName.String("grpc"),
-				attrRPCMethod.String("grpc.testing.TestService/EmptyCall"), attrServerAddress.String("127.0.0.1"), attrServerPort.Int(port)); got != 1 {
+			if got := mt.sum(t, "cbgrpc.decisions", attrVerdict.String("reject"), semconv.RPCSystemNameKey.String("grpc"),
+				semconv.RPCMethodKey.String("grpc.testing.TestService/EmptyCall"), semconv.ServerAddressKey.String("127.0.0.1"), semconv.ServerPortKey.Int(port)); got != 1 {
 				t.Errorf("reject decisions of grpc.testing.TestService/EmptyCall = %d, want 1", got)
 			}
 			spans := tr.spans(name)
@@ -356,15 +357,15 @@ func TestRejectedCallSpan(t *testing.T) {
 				t.Errorf("span from %v to %v, want within the call, after %v", s.StartTime(), s.EndTime(), before)
 			}
 			for key, want := range map[attribute.Key]attribute.Value{
-				attrRPCSystemName: attribute.StringValue("grpc"),
-				attrRPCMethod:     attribute.StringValue("grpc.testing.TestService/EmptyCall"),
-				attrRPCStatusCode: attribute.StringValue("UNAVAILABLE"),
-				attrServerAddress: attribute.StringValue("127.0.0.1"),
-				attrServerPort:    attribute.IntValue(port),
-				attrScope:         attribute.StringValue(calls.scope),
-				attrState:         attribute.StringValue("open"),
-				attrSource:        attribute.StringValue("coordinator"),
-				attrReason:        attribute.StringValue("the dependency is failing"),
+				semconv.RPCSystemNameKey:         attribute.StringValue("grpc"),
+				semconv.RPCMethodKey:             attribute.StringValue("grpc.testing.TestService/EmptyCall"),
+				semconv.RPCResponseStatusCodeKey: attribute.StringValue("UNAVAILABLE"),
+				semconv.ServerAddressKey:         attribute.StringValue("127.0.0.1"),
+				semconv.ServerPortKey:            attribute.IntValue(port),
+				attrScope:                        attribute.StringValue(calls.scope),
+				attrState:                        attribute.StringValue("open"),
+				attrSource:                       attribute.StringValue("coordinator"),
+				attrReason:                       attribute.StringValue("the dependency is failing"),
 			} {
 				if got, _ := attr(s, key); got != want {
 					t.Errorf("%s = %v, want %v", key, got.Emit(), want.Emit())
