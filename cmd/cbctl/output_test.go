@@ -17,6 +17,9 @@ import (
 func TestJSONHoldsWhatAppliesToTheState(t *testing.T) {
 	srv := redistest.Start(t)
 	f := newFleet(t, srv.Client(t))
+	// svc/open stays open while the test reads it: on a loaded machine the
+	// default open period ended first, and it read half-open.
+	f.p.OpenFor, f.p.MaxOpenFor = time.Hour, 2*time.Hour
 	c := newCLI(t, srv.Addr())
 	ctx := context.Background()
 	note := coordinator.Note{By: "alice", Reason: "json"}
