@@ -1,7 +1,7 @@
 -- admit_write.lua: Admit of a scope that the hot path in admit.lua did
 -- not answer: one to be born, isolated, open or half-open. Runs after
 -- admit.lua, read.lua and write.lua (scripts.go).
-s = begin(stored())
+s = begin(stored(STATE_FIELDS))
 if s.state == CLOSED or s.state == DISABLED then
   -- Born just now, or a lapsed isolation ended.
   return reply(s, false, nil, 'verdict', ALLOW)

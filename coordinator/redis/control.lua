@@ -18,7 +18,7 @@ end
 
 -- An isolation that ended is released first; reply publishes both
 -- transitions.
-local s = begin(stored())
+local s = begin(stored(STATE_FIELDS))
 
 local function note()
   redis.call('HSET', KEY_STATE, 'note_by', NOTE_BY, 'note_reason', NOTE_REASON,

@@ -11,7 +11,7 @@ local GENERATION = ARGV[8]
 local PERIOD = tonumber(ARGV[9])
 local REASON = ARGV[10]
 
-local s = begin(stored())
+local s = begin(stored(STATE_FIELDS))
 local from = s.state
 if from == OPEN and GENERATION ~= '0' and redis.call('HGET', KEY_STATE, 'pushable_generation') == GENERATION then
   -- The outcome of a call of GENERATION landed first and opened it by the

@@ -1,12 +1,11 @@
 -- read.lua: reading a scope: its state hash, its window, the policies
 -- Records carried. After lib.lua in every script (see scripts.go).
 
--- stored reads the state hash; false when there is none. It reads the
--- fields STORED_FIELDS names, through decode_state (both made by
--- stateLua in scripts.go): the breaker's, and for Record also batches,
--- batch_count and reporters.
-local function stored()
-  local v = redis.call('HMGET', KEY_STATE, unpack(STORED_FIELDS))
+-- stored reads the state hash; false when there is none. It reads fields
+-- (state.lua: STATE_FIELDS, the breaker's, or for Record RECORD_FIELDS,
+-- also batches, batch_count and reporters) through decode_state.
+local function stored(fields)
+  local v = redis.call('HMGET', KEY_STATE, unpack(fields))
   if not v[1] then
     return false
   end

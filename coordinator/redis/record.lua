@@ -86,7 +86,7 @@ local function mod()
   return MOD
 end
 
-local s = begin(stored())
+local s = begin(stored(RECORD_FIELDS))
 -- One HSET per Record; only a new fingerprint prunes: the policies a
 -- window old, and all but the newest RECENT_POLICIES.
 if redis.call('HSET', KEY_STATE, 'policy:' .. FINGERPRINT, int(NOW) .. ' ' .. SOURCE .. ' ' .. ENCODING) == 1 then

@@ -2,20 +2,22 @@ package redis
 
 import (
 	_ "embed"
-	"strconv"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
 )
 
 // The parts scripts are assembled from (newScripts), each a .lua file:
-// lib.lua (arguments, clock, answer), read.lua (reading a scope),
+// lib.lua (arguments, clock, answer), state.lua (the state hash's fields),
+// read.lua (reading a scope),
 // write.lua (changing it), replicas.lua (the replicas' rules), then the
 // operations. Every operation is one script, so that the shared helpers
 // cost no extra call.
 var (
 	//go:embed lib.lua
 	libLua string
+	//go:embed state.lua
+	stateLua string
 	//go:embed read.lua
 	readLua string
 	//go:embed write.lua
@@ -53,118 +55,37 @@ var (
 	shardedScripts = newScripts("SPUBLISH")
 )
 
-// A stateField is a field of the state hash that the scripts read and
-// write at once: as text or as an integer, and as zero (a Lua value; ""
-// for nil) when the hash lacks it.
-type stateField struct {
-	name    string
-	integer bool
-	zero    string
-}
-
-// stateFields are the breaker's fields in the state hash, the one list of
-// them: stored (read.lua) reads them at once, and save (write.lua) writes
-// them at once, both through the Lua that stateLua makes of them.
-var stateFields = []stateField{
-	{name: "state"},
-	{name: "generation", integer: true},
-	{name: "opened_at", integer: true},
-	{name: "open_for", integer: true},
-	{name: "open_until", integer: true},
-	{name: "consecutive_failures", integer: true},
-	{name: "consecutive_stalls", integer: true, zero: "0"},
-	{name: "probe_successes", integer: true},
-	{name: "expires_at", integer: true},
-	{name: "gc_until", integer: true, zero: "0"},
-	{name: "recovered_at", integer: true, zero: "0"},
-	{name: "failing_since", integer: true, zero: "0"},
-}
-
-// batchFields are the fields Record alone reads with the state (see
-// record.lua): the batch IDs it counted, how many, and the replicas it
-// heard. Record writes the first two with the state once it changed
-// them, and the last apart.
-var batchFields = []stateField{
-	{name: "batches", zero: "''"},
-	{name: "batch_count", integer: true, zero: "0"},
-	{name: "reporters", zero: "false"},
-}
-
-// stateLua defines, for read.lua and write.lua, STORED_FIELDS, the fields
-// stored reads (stateFields, and with batches batchFields too), and the
-// functions that turn the fields to a state and back:
-// decode_state(v), the state of v, what HMGET of STORED_FIELDS returned;
-// encode_state(s, ...), the fields and values of stateFields in s for
-// HSET, then the arguments that follow. It writes the Lua out field by
-// field: a loop over a list of the fields costs a calm Record more
-// (bench/RESULTS.md).
-func stateLua(batches bool) string {
-	stored := stateFields
-	if batches {
-		stored = append(stateFields[:len(stateFields):len(stateFields)], batchFields...)
-	}
-	names := make([]string, len(stored))
-	for i, f := range stored {
-		names[i] = f.name
-	}
-	var b strings.Builder
-	b.WriteString(define("STORED_FIELDS", list(names)))
-	b.WriteString("local function decode_state(v)\n  return {")
-	for i, f := range append(stateFields[:len(stateFields):len(stateFields)], batchFields...) {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		v := "v[" + strconv.Itoa(i+1) + "]"
-		if f.integer {
-			v = "stored_int('state', " + quote(f.name) + ", " + v + ")"
-		}
-		if f.zero != "" {
-			v += " or " + f.zero
-		}
-		b.WriteString(f.name + " = " + v)
-	}
-	b.WriteString("}\nend\nlocal function encode_state(s, ...)\n  return ")
-	for _, f := range stateFields {
-		v := "s." + f.name
-		if f.zero != "" {
-			v = "(" + v + " or " + f.zero + ")"
-		}
-		if f.integer {
-			v = "int(" + v + ")"
-		}
-		b.WriteString(quote(f.name) + ", " + v + ", ")
-	}
-	b.WriteString("...\nend\n")
-	return b.String()
-}
-
 type scripts struct {
 	admit, record, settle, snapshot, control, push *goredis.Script
 	// policy, heartbeat, census and cause need none of lib.lua.
 	policy, heartbeat, census, cause *goredis.Script
+	// sources are the scripts' texts, by operation, for the test that
+	// loads and lints each whole.
+	sources map[string]string
 }
 
 func newScripts(publish string) *scripts {
+	s := &scripts{sources: make(map[string]string)}
 	// Every script begins by naming its publish command.
 	header := define("PUBLISH", quote(publish))
-	script := func(parts ...string) *goredis.Script {
-		return goredis.NewScript(header + strings.Join(parts, ""))
+	script := func(name string, parts ...string) *goredis.Script {
+		s.sources[name] = header + strings.Join(parts, "")
+		return goredis.NewScript(s.sources[name])
 	}
-	return &scripts{
-		// Admit answers a calm scope from admit.lua alone, before the
-		// helpers of reading and writing are made. read.lua and write.lua
-		// need stateLua before them.
-		admit:     script(libLua, admitLua, stateLua(false), readLua, writeLua, admitWriteLua),
-		record:    script(libLua, stateLua(true), readLua, writeLua, replicasLua, recordLua),
-		settle:    script(libLua, stateLua(false), readLua, writeLua, settleLua),
-		snapshot:  script(libLua, stateLua(false), readLua, replicasLua, snapshotLua),
-		control:   script(libLua, stateLua(false), readLua, writeLua, controlLua),
-		push:      script(libLua, stateLua(false), readLua, writeLua, pushLua),
-		policy:    script(policyLua),
-		heartbeat: script(heartbeatLua),
-		census:    script(censusLua),
-		cause:     script(causeLua),
-	}
+	// Admit answers a calm scope from admit.lua alone, before the helpers
+	// of reading and writing are made. read.lua and write.lua need
+	// state.lua before them.
+	s.admit = script("admit", libLua, admitLua, stateLua, readLua, writeLua, admitWriteLua)
+	s.record = script("record", libLua, stateLua, readLua, writeLua, replicasLua, recordLua)
+	s.settle = script("settle", libLua, stateLua, readLua, writeLua, settleLua)
+	s.snapshot = script("snapshot", libLua, stateLua, readLua, replicasLua, snapshotLua)
+	s.control = script("control", libLua, stateLua, readLua, writeLua, controlLua)
+	s.push = script("push", libLua, stateLua, readLua, writeLua, pushLua)
+	s.policy = script("policy", policyLua)
+	s.heartbeat = script("heartbeat", heartbeatLua)
+	s.census = script("census", censusLua)
+	s.cause = script("cause", causeLua)
+	return s
 }
 
 // A scriptOf picks one script of a set, for the calls that learn first
@@ -186,12 +107,3 @@ func define(name, value string) string {
 // quote is s as a Lua string; the parts given here hold no quote or
 // backslash.
 func quote(s string) string { return "'" + s + "'" }
-
-// list is a Lua table of the strings ss.
-func list(ss []string) string {
-	q := make([]string, len(ss))
-	for i, s := range ss {
-		q[i] = quote(s)
-	}
-	return "{" + strings.Join(q, ", ") + "}"
-}

@@ -15,7 +15,7 @@ local MAX_OPEN_FOR = tonumber(ARGV[12])
 local PROBE_SUCCESSES = tonumber(ARGV[13])
 local BACKOFF_AFTER = tonumber(ARGV[14])
 
-local s = begin(stored())
+local s = begin(stored(STATE_FIELDS))
 -- Physical state: an open breaker whose period ended has no leases yet,
 -- so nothing can be settled in it.
 if s.state ~= HALF_OPEN or int(s.generation) ~= PROBE_GENERATION then

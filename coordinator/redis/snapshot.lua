@@ -16,7 +16,7 @@
 --   window was written with, else of the caller's), newest first, each
 --   {fingerprint, at (ms), source, encoding} likewise.
 
-local s = stored()
+local s = stored(STATE_FIELDS)
 -- A scope that is not born, or whose isolation has ended, reads all zero:
 -- the next operation that writes gives it a new generation.
 if not born(s) or isolation_over(s) then

@@ -27,8 +27,8 @@ local function next_generation(prev)
   return g
 end
 
--- save writes the whole state (encode_state, made by stateLua in
--- scripts.go, and the batch IDs once Record changed them) and gives the keys their lifetime. relabel
+-- save writes the whole state (encode_state, state.lua, and the batch IDs
+-- once Record changed them) and gives the keys their lifetime. relabel
 -- starts the window afresh, labelled with the generation.
 --
 -- Closed state is kept until expires_at, and its keys' lifetime is garbage
@@ -155,7 +155,7 @@ local function transition(s, from, reason)
   return {from = from, to = s.state, generation = s.generation, open_until = open_until, reason = reason}
 end
 
--- begin takes the scope as stored() read it, for a script that writes. A
+-- begin takes the scope as stored read it, for a script that writes. A
 -- scope that is not born is born; its floor is the generation of its
 -- expired state or, when the state hash is lost, the label of the
 -- surviving window (0 if none). So is a scope whose generation lies below

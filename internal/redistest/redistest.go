@@ -72,8 +72,14 @@ type Server struct {
 	paused bool
 }
 
-// binary returns the path of redis-server or ends the test: Fatal under
-// CI=true, Skip otherwise.
+// Tool returns the path of a program a test needs (redis-server,
+// luacheck) or ends the test: Fatal under CI=true, Skip otherwise.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	return binary(t, name)
+}
+
+// binary is Tool.
 func binary(t testing.TB, name string) string {
 	t.Helper()
 	path, err := exec.LookPath(name)
