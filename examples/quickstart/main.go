@@ -1,14 +1,13 @@
 // Command quickstart shows one circuit breaker through its whole life, in
 // one process and without Redis: a gRPC server that starts failing, a client
 // with the breaker over the in-process coordinator, and a timeline of calls,
-// rejections and transitions (closed -> open -> half-open -> closed), with
-// the transition spans exported by the OpenTelemetry stdout exporter.
+// rejections and transitions (closed -> open -> half-open -> closed), then
+// the transition spans as an OpenTelemetry exporter receives them.
 //
 //	go run ./examples/quickstart
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,11 +15,12 @@ import (
 	"log"
 	"net"
 	"os"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
@@ -85,32 +85,68 @@ func (t *timeline) OnEnd(s sdktrace.ReadOnlySpan) {
 	for _, a := range s.Attributes() {
 		attrs[string(a.Key)] = a.Value.Emit()
 	}
-	t.mu.Lock()
-	n, ok := t.calls[s.Parent().SpanID()]
-	t.mu.Unlock()
 	cause := "no call"
-	if ok {
+	if n, ok := t.callOf(s.Parent().SpanID()); ok {
 		cause = fmt.Sprintf("in the trace of call %d", n)
 	}
-	t.printf("** breaker %s -> %s (%s), generation %s, %s\n",
-		attrs["cbgrpc.state.from"], attrs["cbgrpc.state.to"], attrs["cbgrpc.reason"], attrs["cbgrpc.generation"], cause)
+	t.printf("** breaker %s -> %s (%s), %s\n", attrs["cbgrpc.state.from"], attrs["cbgrpc.state.to"], attrs["cbgrpc.reason"], cause)
 }
 
-// transitionsOnly exports the transition spans alone: the calls' spans
-// are there to be their parents, and the rejected calls' would drown them.
-type transitionsOnly struct{ sdktrace.SpanExporter }
+// callOf returns the number of the call whose span has the ID id.
+func (t *timeline) callOf(id trace.SpanID) (int, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, ok := t.calls[id]
+	return n, ok
+}
 
-func (e transitionsOnly) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	var keep []sdktrace.ReadOnlySpan
+// transitions keeps the transition spans, to show them at the end as an
+// exporter (Jaeger, Tempo, an OTLP collector) receives them: the calls'
+// spans are there to be their parents, and the rejected calls' would drown
+// them.
+type transitions struct {
+	mu    sync.Mutex
+	spans []sdktrace.ReadOnlySpan
+}
+
+func (e *transitions) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for _, s := range spans {
 		if s.Name() == "cbgrpc.transition" {
-			keep = append(keep, s)
+			e.spans = append(e.spans, s)
 		}
 	}
-	if len(keep) == 0 {
-		return nil
+	return nil
+}
+
+func (e *transitions) Shutdown(context.Context) error { return nil }
+
+// print writes each span: its name, trace, parent (the call's span) and
+// time, then its attributes, one a line.
+func (e *transitions) print(w io.Writer, tl *timeline) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.spans {
+		parent := "no parent"
+		if p := s.Parent(); p.IsValid() {
+			parent = "child of span " + p.SpanID().String()
+			if p.TraceID() != s.SpanContext().TraceID() {
+				parent += " of trace " + p.TraceID().String()
+			}
+			if n, ok := tl.callOf(p.SpanID()); ok {
+				parent += fmt.Sprintf(" (call %d)", n)
+			}
+		}
+		fmt.Fprintf(w, "  %s  trace %s, %s, %.2fs to %.2fs\n", s.Name(), s.SpanContext().TraceID(), parent,
+			s.StartTime().Sub(tl.start).Seconds(), s.EndTime().Sub(tl.start).Seconds())
+		var attrs []string
+		for _, a := range s.Attributes() {
+			attrs = append(attrs, fmt.Sprintf("%s=%s", a.Key, a.Value.Emit()))
+		}
+		sort.Strings(attrs)
+		fmt.Fprintf(w, "      %s\n", strings.Join(attrs, "\n      "))
 	}
-	return e.SpanExporter.ExportSpans(ctx, keep)
 }
 
 func main() {
@@ -131,22 +167,18 @@ func demo(w io.Writer) error {
 	go srv.Serve(lis)
 	defer srv.Stop()
 
-	// Transition spans go to the stdout exporter (kept until the end, so
-	// they do not break up the timeline) and to the timeline.
-	var exported bytes.Buffer
-	exporter, err := stdouttrace.New(stdouttrace.WithWriter(&exported))
-	if err != nil {
-		return err
-	}
+	// Transition spans go to the timeline and to an exporter that keeps
+	// them until the end, so that they do not break up the timeline.
+	exported := &transitions{}
 	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithSyncer(transitionsOnly{exporter}),
+		sdktrace.WithSyncer(exported),
 		sdktrace.WithSpanProcessor(tl),
 	)
 	defer tp.Shutdown(context.Background())
 	tracer := tp.Tracer("quickstart")
 
-	// A policy for a demo: trip at half of 6 calls, stay open 1s (2s after
-	// a failed probe), close after 2 good probes.
+	// A policy for a demo, said below; start from coordinator.DefaultPolicy
+	// in production.
 	policy := coordinator.Policy{
 		Window: 10 * time.Second, Buckets: 10,
 		MinCalls: 6, FailureRatio: 0.5,
@@ -172,6 +204,8 @@ func demo(w io.Writer) error {
 	defer conn.Close()
 	client := testgrpc.NewTestServiceClient(conn)
 
+	fmt.Fprintf(w, "The breaker's policy, a demonstration's: it trips when %.0f%% of at least %d calls in %v fail,\n", 100*policy.FailureRatio, policy.MinCalls, policy.Window)
+	fmt.Fprintf(w, "stays open %v (longer after a failed probe, up to %v), and closes after %d probes succeed.\n", policy.OpenFor, policy.MaxOpenFor, policy.ProbeSuccesses)
 	fmt.Fprintln(w, "One call every 150ms, each in a trace of its own. The server fails from 1.0s to 3.5s.")
 	fmt.Fprintln(w)
 	var calls, rejected int
@@ -206,10 +240,8 @@ func demo(w io.Writer) error {
 	if err := breaker.Close(); err != nil {
 		return err
 	}
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
 	fmt.Fprintf(w, "\n%d calls, %d rejected without reaching the server, %d served.\n", calls, rejected, svc.served.Load())
-	fmt.Fprintln(w, "\nThe transition spans, as the OpenTelemetry stdout exporter wrote them:")
-	_, err = w.Write(exported.Bytes())
-	return err
+	fmt.Fprintln(w, "\nThe transition spans, as an exporter receives them:")
+	exported.print(w, tl)
+	return nil
 }

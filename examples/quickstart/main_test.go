@@ -2,70 +2,86 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
-	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
-// exported is what the stdout exporter writes of a span, as far as the
-// test looks.
-type exported struct {
-	Name        string
-	SpanContext struct{ TraceID, SpanID string }
-	Parent      struct{ TraceID, SpanID string }
-	StartTime   time.Time
-	EndTime     time.Time
-	Attributes  []struct {
-		Key   string
-		Value struct{ Value any }
-	}
-}
+// spanLine is a span's first line in the demo's output, and attrLine one
+// of its attributes.
+var (
+	spanLine = regexp.MustCompile(`^  (\S+)  trace ([0-9a-f]{32}), (no parent|child of span ([0-9a-f]{16})( of trace [0-9a-f]{32})?( \(call (\d+)\))?), ([\d.]+)s to ([\d.]+)s$`)
+	attrLine = regexp.MustCompile(`^      ([a-z._]+)=(.*)$`)
+)
 
 // The transition spans it prints carry the time they happened and the span
-// of the call in whose trace they are: none starts at year 1 or is a root.
+// of the call in whose trace they are: none is a root, none is out of the
+// run, and the timeline shows each.
 func TestQuickstartPrintsSpansWithTimesAndParents(t *testing.T) {
-	before := time.Now()
+	start := time.Now()
 	var out bytes.Buffer
 	if err := demo(&out); err != nil {
 		t.Fatal(err)
 	}
-	after := time.Now()
-	_, spans, ok := strings.Cut(out.String(), "The transition spans, as the OpenTelemetry stdout exporter wrote them:\n")
+	run := time.Since(start).Seconds()
+	_, spans, ok := strings.Cut(out.String(), "The transition spans, as an exporter receives them:\n")
 	if !ok {
 		t.Fatalf("no exported spans in\n%s", &out)
 	}
-	lines := strings.Split(strings.TrimSpace(spans), "\n")
 	transitions := map[string]bool{}
-	for _, line := range lines {
-		var s exported
-		if err := json.Unmarshal([]byte(line), &s); err != nil {
-			t.Fatalf("exported span %q: %v", line, err)
+	var n int
+	var attrs map[string]string
+	var head []string
+	check := func() {
+		if head == nil {
+			return
 		}
-		attrs := map[string]any{}
-		for _, a := range s.Attributes {
-			attrs[a.Key] = a.Value.Value
-		}
-		what := fmt.Sprintf("%s %v -> %v", s.Name, attrs["cbgrpc.state.from"], attrs["cbgrpc.state.to"])
+		what := head[1] + " " + attrs["cbgrpc.state.from"] + " -> " + attrs["cbgrpc.state.to"]
 		transitions[what] = true
-		if s.StartTime.Before(before) || s.EndTime.After(after) || s.EndTime.Before(s.StartTime) {
-			t.Errorf("%s: from %v to %v; want within the run, %v to %v", what, s.StartTime, s.EndTime, before, after)
+		if attrs["cbgrpc.reason"] == "" || attrs["cbgrpc.scope"] == "" {
+			t.Errorf("%s: attributes %v; want its reason and scope", what, attrs)
 		}
-		if zero := strings.Repeat("0", 16); s.Parent.SpanID == "" || s.Parent.SpanID == zero {
-			t.Errorf("%s: parent span %q; want the span of the call that caused it", what, s.Parent.SpanID)
+		from, _ := strconv.ParseFloat(head[8], 64)
+		to, _ := strconv.ParseFloat(head[9], 64)
+		if from < 0 || to < from || to > run {
+			t.Errorf("%s: from %.2fs to %.2fs; want within the run, 0 to %.2fs", what, from, to, run)
 		}
-		if s.Parent.TraceID != s.SpanContext.TraceID {
-			t.Errorf("%s: in trace %s, its parent in trace %s", what, s.SpanContext.TraceID, s.Parent.TraceID)
+		if head[4] == "" || head[4] == strings.Repeat("0", 16) {
+			t.Errorf("%s: %q; want the span of the call that caused it", what, head[3])
+		}
+		if head[5] != "" {
+			t.Errorf("%s: %q; want its parent in its own trace", what, head[3])
+		}
+		if head[7] == "" {
+			t.Errorf("%s: %q; want the parent to be a call's span", what, head[3])
 		}
 	}
+	for _, line := range strings.Split(strings.TrimRight(spans, "\n"), "\n") {
+		if m := spanLine.FindStringSubmatch(line); m != nil {
+			check()
+			head, attrs = m, map[string]string{}
+			n++
+			continue
+		}
+		m := attrLine.FindStringSubmatch(line)
+		if m == nil || head == nil {
+			t.Fatalf("not a span's line: %q\n%s", line, &out)
+		}
+		attrs[m[1]] = m[2]
+	}
+	check()
 	for _, want := range []string{"closed -> open", "open -> half-open", "half-open -> closed"} {
 		if !transitions["cbgrpc.transition "+want] {
 			t.Errorf("no %s span among %v\n%s", want, transitions, &out)
 		}
 	}
 	shown, inCall := strings.Count(out.String(), "** breaker "), strings.Count(out.String(), ", in the trace of call ")
-	if shown != len(lines) || inCall != shown {
-		t.Errorf("the timeline shows %d transitions, %d of them in a call's trace; the exporter wrote %d\n%s", shown, inCall, len(lines), &out)
+	if shown != n || inCall != shown {
+		t.Errorf("the timeline shows %d transitions, %d of them in a call's trace; the exporter received %d\n%s", shown, inCall, n, &out)
+	}
+	if strings.Contains(strings.Split(out.String(), "The transition spans")[0], "generation") {
+		t.Errorf("the timeline shows generations, numbers no reader can use:\n%s", &out)
 	}
 }
