@@ -106,6 +106,9 @@ func startFleet(t *testing.T) *fleet {
 			cbgrpc.WithScope(func(context.Context, string, string) string { return "payments" }),
 			cbgrpc.WithScopeInMetrics(),
 			cbgrpc.WithStallAfter(150 * time.Millisecond),
+			// Not the default 50 ms, which a loaded test machine overruns;
+			// Redis's pauses are longer.
+			cbgrpc.WithCoordinatorTimeout(500 * time.Millisecond),
 			cbgrpc.WithTracerProvider(tel.tp),
 			cbgrpc.WithMeterProvider(tel.mp),
 		}, r.opts...)

@@ -18,6 +18,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -63,12 +64,14 @@ type config struct {
 	redis   string        // address of a Redis; "" starts a redis-server of its own
 	metrics string        // address to serve /metrics on
 	outage  time.Duration // how long the dependency fails, from the fourth call on; 0: 1.5 s
+	timeout time.Duration // the coordinator timeout; 0: cbgrpc.DefaultCoordinatorTimeout
 }
 
 func main() {
 	var cfg config
 	flag.StringVar(&cfg.redis, "redis", "", "address of the Redis the fleet shares (default: start a redis-server on a free loopback port)")
 	flag.StringVar(&cfg.metrics, "metrics", "127.0.0.1:9464", "loopback address to serve Prometheus /metrics on")
+	flag.DurationVar(&cfg.timeout, "coordinator-timeout", cbgrpc.DefaultCoordinatorTimeout, "how long a call waits for Redis before it decides without it")
 	flag.DurationVar(&cfg.outage, "outage", 1500*time.Millisecond, "how long the inventory database is down (long enough for a Prometheus to scrape the open breaker)")
 	flag.Parse()
 	// Ctrl-C shuts everything down as the end of the scenario does,
@@ -144,6 +147,7 @@ func run(ctx context.Context, w io.Writer, cfg config) (err error) {
 		cbgrpc.WithScope(func(context.Context, string, string) string { return scope }),
 		cbgrpc.WithTracerProvider(tel.tp),
 		cbgrpc.WithMeterProvider(tel.mp),
+		cbgrpc.WithCoordinatorTimeout(cmp.Or(cfg.timeout, cbgrpc.DefaultCoordinatorTimeout)),
 	)
 	if err != nil {
 		return err

@@ -15,6 +15,12 @@ import (
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
+// loadedTimeout is the coordinator timeout of the tests' runs: the
+// default 50 ms is a hundred round trips to a Redis on a calm machine, but
+// a test machine running two suites at once took longer, and the breaker,
+// rightly dropping the outcomes it could not send, never tripped.
+const loadedTimeout = time.Second
+
 // requireRedis skips the test when redis-server is not installed, and
 // fails it under CI=true: CI must never pass by skipping the real thing.
 func requireRedis(t *testing.T) {
@@ -95,7 +101,7 @@ var started = regexp.MustCompile(`No -redis given: started redis-server on (127\
 // end.
 func TestProductionStartsItsOwnRedis(t *testing.T) {
 	requireRedis(t)
-	checkRedisStopped(t, checkRun(t, config{metrics: "127.0.0.1:0"}))
+	checkRedisStopped(t, checkRun(t, config{metrics: "127.0.0.1:0", timeout: loadedTimeout}))
 }
 
 // cancelOn cancels a context once the transcript shows want.
@@ -121,7 +127,7 @@ func TestProductionInterruptStopsItsRedis(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	out := &cancelOn{want: "rejected by the breaker", cancel: cancel}
-	if err := runNoLeak(t, ctx, out, config{metrics: "127.0.0.1:0"}); !errors.Is(err, context.Canceled) {
+	if err := runNoLeak(t, ctx, out, config{metrics: "127.0.0.1:0", timeout: loadedTimeout}); !errors.Is(err, context.Canceled) {
 		t.Errorf("run interrupted: %v; want context.Canceled\n%s", err, out)
 	}
 	checkRedisStopped(t, out.String())
@@ -131,7 +137,7 @@ func TestProductionInterruptStopsItsRedis(t *testing.T) {
 // of its own, and starts no redis-server.
 func TestProductionUsesGivenRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	text := checkRun(t, config{redis: srv.Addr(), metrics: "127.0.0.1:0"})
+	text := checkRun(t, config{redis: srv.Addr(), metrics: "127.0.0.1:0", timeout: loadedTimeout})
 	if strings.Contains(text, "redis-server") {
 		t.Errorf("with -redis the example mentions a redis-server of its own:\n%s", text)
 	}

@@ -74,7 +74,9 @@ func TestPrometheusAnswersEveryQuery(t *testing.T) {
 
 	var tr timedTranscript
 	done := make(chan error, 1)
-	go func() { done <- run(context.Background(), &tr, config{metrics: example, outage: 6 * time.Second}) }()
+	go func() {
+		done <- run(context.Background(), &tr, config{metrics: example, outage: 6 * time.Second, timeout: loadedTimeout})
+	}()
 	f.play(t)
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v\n%s", err, tr.text())
