@@ -13,6 +13,7 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // An operator's change made through a Breaker is a transition like any
@@ -109,8 +110,8 @@ func TestShortenedIsolationReachesTheCache(t *testing.T) {
 	// the feed alone and failed 2 runs in 5 under -race.
 	eventually(t, "the hour's isolation, the coordinator's word", func() bool {
 		client.EmptyCall(ctx, &testpb.Empty{})
-		f, _ := b.known.use("s", instantNow())
-		return f.state == coordinator.StateIsolated && f.until.Sub(instantNow()) > 30*time.Minute
+		f, _ := b.known.use("s", instant.Now())
+		return f.state == coordinator.StateIsolated && f.until.Sub(instant.Now()) > 30*time.Minute
 	})
 	if _, err := c.Isolate(ctx, coordinator.CommandRequest{Scope: "s", Policy: p, Note: coordinator.Note{By: "ops", Reason: "almost done", For: 200 * time.Millisecond}}); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // decideWithout decides a call while the coordinator is unavailable, or
@@ -27,7 +28,7 @@ func (b *Breaker) decideWithout(ctx context.Context, c *call, cause error) error
 	var link trace.SpanContext
 	if f, ok := b.known.notClosed(scope); ok {
 		link = f.cause
-		retry = max(retry, f.until.Sub(instantNow()))
+		retry = max(retry, f.until.Sub(instant.Now()))
 		by = byKnownState
 		e = &OpenError{Scope: scope, State: f.state, RetryAfter: retry, corrupt: corrupt,
 			Reason: unavailable + " and the scope was last seen " + f.state.String()}

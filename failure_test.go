@@ -19,6 +19,7 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // TestCoordinatorDown checks rules 1 and 2 of "When the coordinator
@@ -418,7 +419,7 @@ func TestStaleClosedAnswerNeverErasesOpen(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.decideWithout(ctx, routed(b, &call{scope: scope, method: testMethod, start: instantNow()}), errTransport); !errors.Is(err, ErrOpen) {
+	if err := b.decideWithout(ctx, routed(b, &call{scope: scope, method: testMethod, start: instant.Now()}), errTransport); !errors.Is(err, ErrOpen) {
 		t.Errorf("known-open scope with the coordinator down, after a late closed answer: %v; want ErrOpen", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // feedRetry is how long the feed waits before opening a new connection
@@ -126,7 +127,7 @@ func (f *feed) serve(ctx context.Context) {
 			continue
 		}
 		// A recovery heard starts the ramp of the scope's policy.
-		f.k.learn(epoch, t.Scope, heard(t, f.k.policyOf(t.Scope).p.RampFor), instantNow())
+		f.k.learn(epoch, t.Scope, heard(t, f.k.policyOf(t.Scope).p.RampFor), instant.Now())
 		f.tell(t)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // followed reports whether b's live feed follows scope, so that the
@@ -32,7 +33,7 @@ func cached(b *Breaker, scope string) (fact, bool) {
 		f = e.fact
 	}
 	b.known.mu.RUnlock()
-	return f, b.health.Trusted() && b.known.answers(&f, instantNow())
+	return f, b.health.Trusted() && b.known.answers(&f, instant.Now())
 }
 
 // admitN admits n calls of scope and finishes each as a success.
@@ -146,7 +147,7 @@ func TestCacheAsksAgainAfterMaxAge(t *testing.T) {
 		t.Fatal("closed scope not cached")
 	}
 	// Wait out the bound (no outcome is recorded meanwhile to refresh it).
-	eventually(t, "the entry ages out", func() bool { return instantNow().Sub(e.checked) > maxAge })
+	eventually(t, "the entry ages out", func() bool { return instant.Now().Sub(e.checked) > maxAge })
 	asked := fc.admits.Load()
 	admitN(t, b, scope, 1)
 	if fc.admits.Load() != asked+1 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
@@ -34,7 +35,7 @@ func TestRedisForgedTransitionIsAHint(t *testing.T) {
 		if err := callOnce(b, scope, nil); err != nil {
 			t.Fatal(err)
 		}
-		now := instantNow()
+		now := instant.Now()
 		f, _ := b.known.use(scope, now)
 		return b.known.answers(f, now)
 	})

@@ -8,6 +8,7 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // With the scope, the cbgrpc.state gauge is a state set: a point per
@@ -47,7 +48,7 @@ func TestStateGauge(t *testing.T) {
 	b.finish(context.Background(), probe, nil)
 	eventually(t, "closed", func() bool { s, _ := gauge(); return s == closed })
 
-	b.known.forget(instantNow().Add(2 * p.Window))
+	b.known.forget(instant.Now().Add(2 * p.Window))
 	if _, ok := gauge(); ok {
 		t.Error("a point for a forgotten scope")
 	}

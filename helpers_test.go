@@ -17,6 +17,7 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // testMethod is the method of calls a test admits without making them.
@@ -232,7 +233,7 @@ func memoryWith(t testing.TB, clk *coordinatortest.Clock) (*memory.Coordinator, 
 
 // factOf is what b's table knows of scope now.
 func factOf(b *Breaker, scope string) *fact {
-	f, _ := b.known.use(scope, instantNow())
+	f, _ := b.known.use(scope, instant.Now())
 	return f
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/internal/health"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // Breaker is the client side of a fleet-wide circuit breaker: it derives the
@@ -132,7 +133,7 @@ func (b *Breaker) forgetIdle(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			b.known.forget(instantNow())
+			b.known.forget(instant.Now())
 		}
 	}
 }
@@ -271,7 +272,7 @@ type call struct {
 	rpc  *rpcMethod // its attributes in telemetry, its route's (route.go)
 	// start is when its admission began, then, once admitted, when its
 	// duration counts from.
-	start instant
+	start instant.Time
 
 	// Set by admit.
 	fate  fate
@@ -313,7 +314,7 @@ func (b *Breaker) admit(ctx context.Context, c *call) error {
 		c.fate = unprotected
 		return nil
 	}
-	c.start = instantNow()
+	c.start = instant.Now()
 	f, row := b.known.useRow(c.slot, c.scope, c.start)
 	var d decision
 	if b.cached(f, row, c.start) {
@@ -330,7 +331,7 @@ func (b *Breaker) admit(ctx context.Context, c *call) error {
 	if e, throttled := b.shape(ctx, c, &d); e != nil {
 		if throttled {
 			// Counted in the window as a throttled request (throttle.go).
-			b.rec.add(&item{scope: c.scope, outcome: coordinator.Outcome{Generation: d.gen, Throttled: true}, at: instantNow()})
+			b.rec.add(&item{scope: c.scope, outcome: coordinator.Outcome{Generation: d.gen, Throttled: true}, at: instant.Now()})
 		}
 		return e
 	}
@@ -345,7 +346,7 @@ type decision struct {
 	state      coordinator.State
 	gen        uint64
 	claim      string        // a probe's
-	start      instant       // when the call's duration counts from
+	start      instant.Time  // when the call's duration counts from
 	retryAfter time.Duration // rejected: when to try again
 	rampLeft   time.Duration // closed: what is left of the ramp after a recovery
 	// window is what the table knows of the fleet's window in the
@@ -361,7 +362,7 @@ type decision struct {
 // cached reports whether f, what the table knows at now of a scope whose
 // row is row, decides a call there and then: the scope is no outlier's,
 // no verdict is pending, and the table's answer serves.
-func (b *Breaker) cached(f *fact, row *known, now instant) bool {
+func (b *Breaker) cached(f *fact, row *known, now instant.Time) bool {
 	return !f.outlier.of(f) && row.verdict.Load() == nil && b.health.Trusted() && b.known.answers(f, now)
 }
 
@@ -397,7 +398,7 @@ func (b *Breaker) consult(ctx context.Context, c *call, f *fact, row *known) (d 
 	// verdict first, then the admission gets what is left.
 	budget := b.cfg.timeout
 	if b.awaitVerdict(ctx, row) {
-		now = instantNow()
+		now = instant.Now()
 		budget -= now.Sub(c.start)
 		f, row = b.known.use(c.scope, now)
 	}
@@ -452,7 +453,7 @@ func (b *Breaker) ask(ctx context.Context, c *call, f *fact, pol *inForce, timeo
 	if err != nil {
 		return decision{}, err
 	}
-	dd := decision{by: byCoordinator, verdict: d.Verdict, state: d.State, gen: d.Generation, start: instantNow(),
+	dd := decision{by: byCoordinator, verdict: d.Verdict, state: d.State, gen: d.Generation, start: instant.Now(),
 		retryAfter: d.RetryAfter, rampLeft: d.RampLeft, policy: &pol.p}
 	if d.Cause != "" {
 		dd.cause = spanOf(d.Cause)
@@ -526,9 +527,9 @@ func (b *Breaker) finish(ctx context.Context, c *call, err error) Class {
 		return Ignore
 	}
 	var d time.Duration
-	var end instant
+	var end instant.Time
 	if !c.untimed {
-		end = instantNow()
+		end = instant.Now()
 		d = end.Sub(c.start)
 	}
 	// Reported stalled (stall.go): its outcome is not sent again. (A

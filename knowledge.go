@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // knowledge is what this process knows of each scope it protects: one
@@ -97,12 +98,12 @@ type fact struct {
 	// until is when an open period or an isolation ends, local time:
 	// until then the scope is rejected without asking. An isolation until
 	// released is taken for maxAge at a time.
-	until   instant
-	checked instant // when the coordinator said so; zero once suspect
-	trust   uint64  // the feed connection under which it may answer admissions
+	until   instant.Time
+	checked instant.Time // when the coordinator said so; zero once suspect
+	trust   uint64       // the feed connection under which it may answer admissions
 	// rampEnd is when the ramp after a recovery ends, local time; zero
 	// when there is none (see ramp.go).
-	rampEnd instant
+	rampEnd instant.Time
 	// window is the fleet's window of generation gen as the last Record
 	// that counted said it, for adaptive throttling (throttle.go); answers
 	// that say nothing of it keep it within the generation.
@@ -119,7 +120,7 @@ type fact struct {
 	cause trace.SpanContext
 	// hintUntil, when not zero, says the fact is the feed's word alone,
 	// believed until then (learn); the coordinator's answers have none.
-	hintUntil instant
+	hintUntil instant.Time
 }
 
 // admitsAll reports whether a state lets every call through: closed, or
@@ -142,7 +143,7 @@ func newKnowledge(maxAge, idle time.Duration, code coordinator.Policy) *knowledg
 // its row. It is on every protected call's path: for a scope the table
 // holds, no lock, no allocation, and no shared write but the coarse mark
 // of use. The fact returned is not to be changed.
-func (k *knowledge) use(scope string, now instant) (*fact, *known) {
+func (k *knowledge) use(scope string, now instant.Time) (*fact, *known) {
 	if v, ok := k.index.Load(scope); ok {
 		if e := v.(*known); k.touch(e, now) {
 			return e.current(), e
@@ -159,7 +160,7 @@ func (k *knowledge) use(scope string, now instant) (*fact, *known) {
 
 // useRow is use, first trying the row that hint holds (nil: none), which
 // it then updates: a call's route keeps its scope's row (route.go).
-func (k *knowledge) useRow(hint *atomic.Pointer[known], scope string, now instant) (*fact, *known) {
+func (k *knowledge) useRow(hint *atomic.Pointer[known], scope string, now instant.Time) (*fact, *known) {
 	if hint == nil {
 		return k.use(scope, now)
 	}
@@ -174,7 +175,7 @@ func (k *knowledge) useRow(hint *atomic.Pointer[known], scope string, now instan
 // usedAt is now as a mark of use: the instant itself, at least 1 (0 and
 // forgotten say other things; instants count from a year before the
 // process started, clock.go).
-func (k *knowledge) usedAt(now instant) int64 { return max(int64(now), 1) }
+func (k *knowledge) usedAt(now instant.Time) int64 { return max(int64(now), 1) }
 
 // forgotten is the mark of use of a row dropped from the table.
 const forgotten = -1
@@ -182,7 +183,7 @@ const forgotten = -1
 // touch marks a call of e's scope at now. Coarse, so that a busy scope's
 // callers do not all write one cache line: forgetting needs no finer time
 // than a window. It reports false when e was forgotten meanwhile.
-func (k *knowledge) touch(e *known, now instant) bool {
+func (k *knowledge) touch(e *known, now instant.Time) bool {
 	u := e.used.Load()
 	if u == forgotten {
 		return false
@@ -229,7 +230,7 @@ func (k *knowledge) row(scope string) *known {
 
 // answers reports whether f, what use returned at now, decides an
 // admission without asking the coordinator.
-func (k *knowledge) answers(f *fact, now instant) bool {
+func (k *knowledge) answers(f *fact, now instant.Time) bool {
 	if k.maxAge == 0 || f.gen == 0 || f.trust == 0 || f.trust != k.live.Load() {
 		return false
 	}
@@ -320,7 +321,7 @@ func (k *knowledge) signal() {
 // learn keeps what the coordinator answered about scope at now, to a
 // question asked while feed connection epoch followed it (0: none), unless
 // the table knows something newer.
-func (k *knowledge) learn(epoch uint64, scope string, a answer, now instant) {
+func (k *knowledge) learn(epoch uint64, scope string, a answer, now instant.Time) {
 	f := fact{state: a.state, gen: a.gen, checked: now, window: a.window}
 	if a.hint {
 		// The feed is a hint: anyone allowed to publish on its channels
@@ -418,7 +419,7 @@ func (k *knowledge) introduce(scope string) bool {
 // probeOutlier takes this replica's one probe slot in scope, where it is
 // an outlier of generation gen whose period has ended, until now + lease:
 // it reports false while another probe holds it.
-func (k *knowledge) probeOutlier(scope string, gen uint64, now instant, lease time.Duration) bool {
+func (k *knowledge) probeOutlier(scope string, gen uint64, now instant.Time, lease time.Duration) bool {
 	into := new(fact)
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -447,7 +448,7 @@ func (k *knowledge) outliers(f func(scope string)) {
 // before closed; but the coordinator's word replaces the feed's once the
 // feed's has been believed long enough (learn), whatever its generation:
 // a message may claim any.
-func newer(f, old fact, now instant) bool {
+func newer(f, old fact, now instant.Time) bool {
 	if f.hintUntil.IsZero() && !old.hintUntil.IsZero() && !now.Before(old.hintUntil) {
 		return true
 	}
@@ -461,7 +462,7 @@ func newer(f, old fact, now instant) bool {
 // forget drops the scopes with no call since idle before now whose known
 // open period, if any, has ended, and asks the feed to unfollow them. It
 // returns how many scopes it dropped.
-func (k *knowledge) forget(now instant) int {
+func (k *knowledge) forget(now instant.Time) int {
 	live := k.live.Load()
 	cutoff := k.usedAt(now.Add(-k.idle))
 	k.mu.Lock()
@@ -489,7 +490,7 @@ func (k *knowledge) forget(now instant) int {
 // states calls f with what the table knows of each scope's state as of
 // now, as the coordinator would say it: an open period that has ended
 // reads half-open. Scopes of which nothing is known yet are left out.
-func (k *knowledge) states(now instant, f func(scope string, s coordinator.State)) {
+func (k *knowledge) states(now instant.Time, f func(scope string, s coordinator.State)) {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	for scope, e := range k.scopes {

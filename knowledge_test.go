@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 const (
@@ -37,7 +38,7 @@ func TestKnowledgeOrdersAnswersByGeneration(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%v@%d then %v@%d", c.old.state, c.old.gen, c.next.state, c.next.gen), func(t *testing.T) {
 			k := newKnowledge(time.Second, time.Minute, coordinator.DefaultPolicy())
-			now := instantNow()
+			now := instant.Now()
 			k.use("s", now)
 			k.learn(0, "s", c.old, now)
 			k.learn(0, "s", c.next, now.Add(time.Millisecond))
@@ -58,7 +59,7 @@ func TestKnowledgeOrdersAnswersByGeneration(t *testing.T) {
 // period is rejected for as long as it runs.
 func TestKnowledgeKeepsTheOpenPeriodTheAnswerGives(t *testing.T) {
 	k := newKnowledge(time.Second, time.Minute, coordinator.DefaultPolicy())
-	now := instantNow()
+	now := instant.Now()
 	k.live.Store(1)
 	k.learn(1, "s", answer{state: open, gen: 7, retryAfter: 2 * time.Second}, now)
 	f, _ := k.use("s", now)
@@ -79,7 +80,7 @@ func TestKnowledgeKeepsTheOpenPeriodTheAnswerGives(t *testing.T) {
 // has died still says the scope is not closed, for outages.
 func TestKnowledgeTrustsOnlyTheLiveFeed(t *testing.T) {
 	k := newKnowledge(time.Second, time.Minute, coordinator.DefaultPolicy())
-	now := instantNow()
+	now := instant.Now()
 	k.use("s", now)
 	if epoch, _ := k.begin("s"); epoch != 0 {
 		t.Fatalf("begin before any feed: epoch %d; want 0", epoch)
@@ -118,7 +119,7 @@ func TestKnowledgeTrustsOnlyTheLiveFeed(t *testing.T) {
 // outage must know until the open period ends.
 func TestKnowledgeRowsComeFromCalls(t *testing.T) {
 	k := newKnowledge(time.Second, time.Minute, coordinator.DefaultPolicy())
-	now := instantNow()
+	now := instant.Now()
 	k.learn(0, "closed", answer{state: closed, gen: 1}, now)
 	k.learn(0, "open", answer{state: open, gen: 2, retryAfter: time.Second}, now)
 	if k.size() != 1 {
@@ -137,7 +138,7 @@ func TestKnowledgeRowsComeFromCalls(t *testing.T) {
 func TestKnowledgeForgetsIdleScopes(t *testing.T) {
 	const idle = time.Minute
 	k := newKnowledge(time.Second, idle, coordinator.DefaultPolicy())
-	now := instantNow()
+	now := instant.Now()
 	for _, s := range []string{"busy", "idle", "open"} {
 		k.use(s, now)
 	}
@@ -160,7 +161,7 @@ func TestKnowledgeForgetsIdleScopes(t *testing.T) {
 // unfollowed, so that no subscription outlives the table's row.
 func TestKnowledgeUnfollowsWhatWasForgottenWhileFollowing(t *testing.T) {
 	k := newKnowledge(time.Second, time.Minute, coordinator.DefaultPolicy())
-	now := instantNow()
+	now := instant.Now()
 	k.connected(1, nil)
 	k.use("s", now)
 	k.begin("s")
@@ -177,13 +178,13 @@ func TestKnowledgeUnfollowsWhatWasForgottenWhileFollowing(t *testing.T) {
 // nothing is known yet has no state.
 func TestKnowledgeStatesAsOfNow(t *testing.T) {
 	k := newKnowledge(time.Second, time.Minute, coordinator.DefaultPolicy())
-	now := instantNow()
+	now := instant.Now()
 	for _, s := range []string{"open", "closed", "unknown"} {
 		k.use(s, now)
 	}
 	k.learn(0, "open", answer{state: open, gen: 2, retryAfter: time.Second}, now)
 	k.learn(0, "closed", answer{state: closed, gen: 1}, now)
-	states := func(at instant) map[string]coordinator.State {
+	states := func(at instant.Time) map[string]coordinator.State {
 		m := make(map[string]coordinator.State)
 		k.states(at, func(scope string, s coordinator.State) { m[scope] = s })
 		return m
@@ -203,7 +204,7 @@ func TestKnowledgeStatesAsOfNow(t *testing.T) {
 // forgotten scope is read no more.
 func TestKnowledgeAsksForOverridesItDoesNotRunOn(t *testing.T) {
 	k := newKnowledge(time.Second, time.Minute, coordinator.DefaultPolicy())
-	now := instantNow()
+	now := instant.Now()
 	k.use("s", now)
 	k.learn(0, "s", answer{state: closed, gen: 1, saysPolicy: true}, now)
 	if got := k.stalePolicies(); len(got) != 0 {

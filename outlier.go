@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // The coordinator may find this replica an outlier of a scope (Policy.
@@ -24,12 +25,12 @@ import (
 // outlier of a scope, in generation gen; zero when it is none.
 type outlierFact struct {
 	gen    uint64
-	until  instant // the end of its period
+	until  instant.Time // the end of its period
 	reason string
 	// probe is, while a probe of this replica is out, until when it holds
 	// the replica's one probe slot (local time): a probe whose outcome
 	// never reaches the coordinator frees it then.
-	probe instant
+	probe instant.Time
 	// cause is the span that recorded this replica's transition into the
 	// spell, which its rejections link to (cause.go).
 	cause trace.SpanContext
@@ -39,7 +40,7 @@ type outlierFact struct {
 func (o outlierFact) of(f *fact) bool { return o.gen != 0 && o.gen == f.gen }
 
 // outlierOf is what an answer at now says of this replica as an outlier.
-func outlierOf(a answer, now instant) outlierFact {
+func outlierOf(a answer, now instant.Time) outlierFact {
 	if a.outlier == nil {
 		return outlierFact{}
 	}

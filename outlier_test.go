@@ -13,6 +13,7 @@ import (
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // transitions collects what WithOnTransition passes.
@@ -138,7 +139,7 @@ func outlierGauge(t *testing.T, m *metrics) map[string]int64 {
 // once its period has ended, by the coordinator's clock and this
 // process's, with the end. before, if not nil, runs as bad's first calls
 // are about to fail.
-func outlierAfterItsPeriod(t *testing.T, scope string, before func(bad *Breaker)) (*Breaker, *testCoordinator, instant) {
+func outlierAfterItsPeriod(t *testing.T, scope string, before func(bad *Breaker)) (*Breaker, *testCoordinator, instant.Time) {
 	t.Helper()
 	clk := coordinatortest.NewClock()
 	_, tc := memoryWith(t, clk)
@@ -160,10 +161,10 @@ func outlierAfterItsPeriod(t *testing.T, scope string, before func(bad *Breaker)
 		time.Sleep(time.Millisecond)
 	}
 	clk.Advance(p.OpenFor)
-	var until instant
+	var until instant.Time
 	eventually(t, "the period to end", func() bool {
 		until = factOf(bad, scope).outlier.until
-		return !instantNow().Before(until)
+		return !instant.Now().Before(until)
 	})
 	return bad, tc, until
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/cbgrpc/cbgrpc/coordinator/coordinatortest"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
 	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
@@ -140,7 +141,7 @@ func TestRedisRampInStep(t *testing.T) {
 		t.Fatalf("probe: %+v, %v", d, err)
 	}
 	res, err := ops.Settle(ctx, coordinator.SettleRequest{Scope: scope, Policy: p, Claim: "prober", Outcome: coordinator.Outcome{Generation: gen}})
-	closedAt := instantNow()
+	closedAt := instant.Now()
 	if err != nil || res.RampLeft != p.RampFor {
 		t.Fatalf("closing probe: %+v, %v", res, err)
 	}
@@ -153,7 +154,7 @@ func TestRedisRampInStep(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	late, client := newReplica()
 	client.EmptyCall(ctx, &testpb.Empty{}) // asks the coordinator, which says what is left
-	ends := []instant{}
+	ends := []instant.Time{}
 	for _, b := range append(early, late) {
 		ends = append(ends, factOf(b, scope).rampEnd)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/internal/health"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // maxBatch caps a full batch (fullAt), the most outcomes one Record
@@ -33,7 +34,7 @@ type item struct {
 	urgent  bool              // an outlier's probe: it goes at once, as a failure does
 	// at is when the call ended (an untimed one: began): the order in
 	// which the outcomes of one scope, left in several shards, are taken.
-	at instant
+	at instant.Time
 	// verdict, when set, is released once the Record carrying the outcome
 	// has returned, or the outcome was dropped (verdict.go).
 	verdict *verdict

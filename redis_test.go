@@ -21,6 +21,7 @@ import (
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	cbredis "github.com/cbgrpc/cbgrpc/coordinator/redis"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
@@ -355,7 +356,7 @@ func TestRedisRolledBackStartsAboveWhatTheBreakerSaw(t *testing.T) {
 		return err == nil
 	})
 	after := snapshotOf(t, c, scope, p)
-	known, _ := b.known.use(scope, instantNow())
+	known, _ := b.known.use(scope, instant.Now())
 	t.Logf("generations: %d before the trip, %d tripped (lost), %d after the rollback; the table holds %v in %d",
 		before.Generation, tripped.Generation, after.Generation, known.state, known.gen)
 	if after.State != coordinator.StateClosed || after.Generation <= tripped.Generation {

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // answer is what any coordinator call, or the feed, says about its scope.
@@ -143,7 +144,7 @@ func (b *Breaker) roundTrip(ctx context.Context, t exchange, f func(ctx context.
 	if t.mute {
 		return a, nil
 	}
-	b.known.learn(epoch, t.scope, a, instantNow())
+	b.known.learn(epoch, t.scope, a, instant.Now())
 	if a.transition != nil {
 		parent := ctx
 		var links []trace.Link

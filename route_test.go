@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 func TestRouteKeepsTheScopeOfABuiltInScopeFunc(t *testing.T) {
@@ -42,14 +43,14 @@ func TestRouteRunsAScopeFuncOfItsOwnForEachCall(t *testing.T) {
 func TestRouteFindsTheRowAgainOnceTheTableForgotIt(t *testing.T) {
 	b := newBreaker(t, memory.New())
 	c, _ := routeOf(b, context.Background(), conn(t, "t"), "/s/M", nil)
-	_, first := b.known.useRow(c.slot, c.scope, instantNow())
+	_, first := b.known.useRow(c.slot, c.scope, instant.Now())
 	if c.slot.Load() != first {
 		t.Fatal("the route does not keep the row it found")
 	}
-	if n := b.known.forget(instantNow().Add(2 * b.known.idle)); n != 1 {
+	if n := b.known.forget(instant.Now().Add(2 * b.known.idle)); n != 1 {
 		t.Fatalf("forget dropped %d rows, want 1", n)
 	}
-	_, again := b.known.useRow(c.slot, c.scope, instantNow())
+	_, again := b.known.useRow(c.slot, c.scope, instant.Now())
 	if again == first || c.slot.Load() != again {
 		t.Fatal("after the table forgot the scope, the route still serves the dropped row")
 	}

@@ -6,6 +6,8 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"time"
+
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // Stalls (docs/architecture.md, "Stalls"): a dependency that stops
@@ -107,7 +109,7 @@ type stallSlot struct {
 	reported       atomic.Bool
 }
 
-func tickOf(i instant) int64 { return int64(i) >> stallTickShift }
+func tickOf(i instant.Time) int64 { return int64(i) >> stallTickShift }
 
 // slot is where the calls of tick t count. (A mask, not %: ticks are
 // never negative, and % of a signed number costs a branch.)
@@ -124,7 +126,7 @@ func (b *Breaker) watchOf(row *known) *stallWatch {
 		return w
 	}
 	w := &stallWatch{}
-	w.ready(tickOf(instantNow()))
+	w.ready(tickOf(instant.Now()))
 	if !row.stalls.CompareAndSwap(nil, w) {
 		return row.stalls.Load()
 	}
@@ -163,7 +165,7 @@ func (c *call) takeOff(w *stallWatch) {
 // time only, as it lets go of the watch. c.stalled then says whether c was
 // reported stalled before: its outcome is not sent again. A call that
 // arrived unreported may be a sample of the scope's healthy latency.
-func (c *call) arrive(now instant) {
+func (c *call) arrive(now instant.Time) {
 	w := c.watch
 	if w == nil {
 		return
@@ -184,7 +186,7 @@ func (c *call) arrive(now instant) {
 	// nanoseconds draws at random enough, and costs nothing to read.
 	if (c.start>>4)%stallSampleEvery == 0 {
 		if now == 0 {
-			now = instantNow()
+			now = instant.Now()
 		}
 		w.latency[min(bits.Len64(uint64(max(now.Sub(c.start), 0))), len(w.latency)-1)].Add(1)
 	}
@@ -293,14 +295,14 @@ func (b *Breaker) watchStalls(ctx context.Context) {
 	t := time.NewTicker(time.Duration(1) << stallTickShift)
 	defer t.Stop()
 	var watched []watchedScope
-	lastDecay := instantNow()
+	lastDecay := instant.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		now := instantNow()
+		now := instant.Now()
 		decay := now.Sub(lastDecay) >= b.known.idle/2
 		if decay {
 			lastDecay = now
@@ -321,7 +323,7 @@ func (b *Breaker) watchStalls(ctx context.Context) {
 // which the recorder sends at once.
 func (b *Breaker) stalled(scope string, st stalledTick) {
 	b.tel.stalls(scope, st.n)
-	now := instantNow()
+	now := instant.Now()
 	for range st.n {
 		var it item
 		it.scope, it.at = scope, now

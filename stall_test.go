@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // learn adds n latencies drawn by draw to w, as arrive samples them: the
@@ -86,7 +87,7 @@ func TestStallWatchReportsATickOnce(t *testing.T) {
 	const start = 1000
 	w.ready(start)
 	w.after.Store(3)
-	at := instant(start << stallTickShift)
+	at := instant.Time(start << stallTickShift)
 	var calls [5]call
 	for i := range calls {
 		calls[i] = call{start: at, gen: 7}
@@ -126,12 +127,12 @@ func TestStallWatchLeavesUnreadiedTicksAlone(t *testing.T) {
 	var w stallWatch
 	w.ready(1000)
 	w.after.Store(3)
-	c := call{start: instant((1000 + stallAhead + 1) << stallTickShift)}
+	c := call{start: instant.Time((1000 + stallAhead + 1) << stallTickShift)}
 	c.takeOff(&w)
 	if c.tick != 0 {
 		t.Errorf("took off in tick %d, which was not readied", c.tick)
 	}
-	c = call{start: instant((1000 + stallAhead) << stallTickShift)}
+	c = call{start: instant.Time((1000 + stallAhead) << stallTickShift)}
 	c.takeOff(&w)
 	if c.tick != 1000+stallAhead {
 		t.Errorf("took off in tick %d; want the last tick readied, %d", c.tick, 1000+stallAhead)

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // instrumentationName is the OpenTelemetry instrumentation scope of the
@@ -228,7 +229,7 @@ const stateCount = coordinator.StateDisabled + 1
 func (t *telemetry) observeStates(o metric.Observer, k *knowledge) {
 	if !t.scopeInMetrics {
 		var n [stateCount]int64
-		k.states(instantNow(), func(_ string, s coordinator.State) {
+		k.states(instant.Now(), func(_ string, s coordinator.State) {
 			if s < stateCount {
 				n[s]++
 			}
@@ -238,7 +239,7 @@ func (t *telemetry) observeStates(o metric.Observer, k *knowledge) {
 		}
 		return
 	}
-	k.states(instantNow(), func(scope string, in coordinator.State) {
+	k.states(instant.Now(), func(scope string, in coordinator.State) {
 		for s := range stateCount {
 			var v int64
 			if s == in {
@@ -372,7 +373,7 @@ func (t *telemetry) rejected(ctx context.Context, c *call, e *OpenError, by deci
 	m := c.rpc
 	_, span := t.tracer.Start(ctx, m.name,
 		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithTimestamp(c.start.wall()),
+		trace.WithTimestamp(c.start.Wall()),
 		trace.WithLinks(links...),
 		trace.WithAttributes(m.span...),
 		trace.WithAttributes(semconv.RPCResponseStatusCodeKey.String(statusUnavailable)),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/coordinator/memory"
+	"github.com/cbgrpc/cbgrpc/internal/instant"
 )
 
 // TestVerdictOncePerRun: the failure that makes this replica's run as
@@ -34,7 +35,7 @@ func TestVerdictOncePerRun(t *testing.T) {
 			p := coordinator.DefaultPolicy()
 			tc.edit(&p)
 			k := newKnowledge(time.Second, time.Minute, p)
-			_, row := k.use("s", instantNow())
+			_, row := k.use("s", instant.Now())
 			for run := range 2 {
 				var got *verdict
 				for i := 1; i <= 3*max(tc.at, 10); i++ {
@@ -91,7 +92,7 @@ func TestVerdictWithoutAnAnswer(t *testing.T) {
 			t.Fatalf("call %d: %v; want the sidecar's failure", i, err)
 		}
 	}
-	_, row := b.known.use(scope, instantNow())
+	_, row := b.known.use(scope, instant.Now())
 	if v := row.verdict.Load(); v != nil {
 		t.Errorf("a verdict is still awaited after the coordinator timeout")
 	}
