@@ -168,9 +168,14 @@ func orDash(s string) string {
 }
 
 // transitionLine is one transition on one line:
-// "2030-01-01T00:00:00.000Z svc/Method closed -> isolated gen 4: isolated by alice: outage".
+// "2030-01-01T00:00:00.000Z svc/Method closed -> isolated gen 4: isolated by alice: outage",
+// with "replica pod-7 " before the states of one replica's.
 func transitionLine(t coordinator.Transition) string {
-	return fmt.Sprintf("%s %s %v -> %v gen %d: %s", formatTime(t.At), quoteScope(t.Scope), t.From, t.To, t.Generation, quoteText(t.Reason))
+	replica := ""
+	if t.Replica != "" {
+		replica = "replica " + quoteScope(t.Replica) + " "
+	}
+	return fmt.Sprintf("%s %s %s%v -> %v gen %d: %s", formatTime(t.At), quoteScope(t.Scope), replica, t.From, t.To, t.Generation, quoteText(t.Reason))
 }
 
 type noteJSON struct {
@@ -218,6 +223,7 @@ type snapshotJSON struct {
 
 type transitionJSON struct {
 	Scope      string `json:"scope"`
+	Replica    string `json:"replica,omitempty"` // one replica's outlier spell, not the scope's
 	From       string `json:"from"`
 	To         string `json:"to"`
 	Generation uint64 `json:"generation"`
@@ -411,7 +417,7 @@ func toResultJSON(scope string, res coordinator.Result, u update) resultJSON {
 }
 
 func toTransitionJSON(t coordinator.Transition) transitionJSON {
-	return transitionJSON{Scope: t.Scope, From: t.From.String(), To: t.To.String(),
+	return transitionJSON{Scope: t.Scope, Replica: t.Replica, From: t.From.String(), To: t.To.String(),
 		Generation: t.Generation, At: jsonTime(t.At), Reason: t.Reason}
 }
 
