@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"net/http"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cbgrpc/cbgrpc/coordinator"
 	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
@@ -79,9 +81,33 @@ func TestServeEvents(t *testing.T) {
 	}
 	next("refresh") // the window counts, every --refresh while a page is open
 
+	// The replica that tripped it keeps the span that recorded the trip:
+	// the feed carries the trip again, with its cause, and the pages are
+	// not told of it twice. The next transition they hear is the disable.
+	q := coordinator.CauseRequest{Scope: "svc/events", Generation: tr.Transition.Generation, State: coordinator.StateOpen, Cause: cause}
+	if kept, err := f.c.KeepCause(context.Background(), q); !kept || err != nil {
+		t.Fatalf("keeping the trip's cause: %v, %v", kept, err)
+	}
 	s.want(s.post("/api/disable", info.CSRF, actionJSON{Scope: "svc/events", Reason: "flapping"}), 200)
 	var act actionEventJSON
-	decode(t, next("action"), &act)
+	for act.Op == "" || tr.Transition.To != "disabled" {
+		select {
+		case ev, ok := <-events:
+			switch {
+			case !ok:
+				t.Fatal("the event stream ended before the disable's action and transition")
+			case ev[0] == "action":
+				decode(t, ev[1], &act)
+			case ev[0] == "transition":
+				decode(t, ev[1], &tr)
+				if tr.Transition.To != "disabled" {
+					t.Errorf("transition event %+v after the trip's; want the disable's (the trip's repeat, with its cause, is no news)", tr.Transition)
+				}
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no disable action and transition within 10s (action %+v, transition %+v)", act, tr.Transition)
+		}
+	}
 	if act.Op != "disable" || act.By != "dashboard" || !strings.Contains(act.Line, "open -> disabled") || act.Durable != "none" {
 		t.Errorf("action event %+v", act)
 	}

@@ -199,6 +199,11 @@ func (h *hub) poke() {
 // the note and the last trip the transition does not carry, and tells the
 // pages.
 func (h *hub) heard(ctx context.Context, t coordinator.Transition) {
+	if t.Cause != "" {
+		// Heard before, now with the span that recorded it: no news for
+		// the pages (the Breakers' feed skips it the same way).
+		return
+	}
 	learned := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, h.timeout)
 	s, err := h.c.Snapshot(sctx, t.Scope, h.p)
