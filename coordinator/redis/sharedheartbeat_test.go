@@ -501,9 +501,9 @@ func TestForgedHeartbeatsEndNoFeed(t *testing.T) {
 	t.Parallel()
 	const (
 		watches = 4
-		// 100 ms gave a 302 ms silence bound, which a loaded machine's
-		// scheduler alone overran once.
-		period  = 200 * time.Millisecond
+		// 100 ms gave a 302 ms silence bound and 200 ms a 602 ms one,
+		// both of which a loaded machine's scheduler alone overran.
+		period  = 300 * time.Millisecond
 		forging = 21 * period // seven silence bounds
 	)
 	srv := redistest.Start(t)
