@@ -2,6 +2,8 @@ package cbgrpc
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -96,6 +98,17 @@ func stateNamed(t testing.TB, set attribute.Set) coordinator.State {
 	}
 	t.Fatalf("cbgrpc.state = %q names no state", name)
 	return 0
+}
+
+// drops names the outcomes dropped so far by reason, for a test whose
+// count of delivered outcomes falls short.
+func (m *metrics) drops(t testing.TB) string {
+	t.Helper()
+	var by []string
+	for _, reason := range dropReasons {
+		by = append(by, fmt.Sprintf("%d %s", m.sum(t, "cbgrpc.outcomes.dropped", attrReason.String(reason)), reason))
+	}
+	return strings.Join(by, ", ")
 }
 
 // sum adds up the counter name over the points whose attributes include

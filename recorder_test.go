@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -163,11 +162,7 @@ func TestBusyScopeSendsFullBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := tc.recorded.Load(); got != n {
-		var by []string
-		for _, reason := range dropReasons {
-			by = append(by, fmt.Sprintf("%d %s", mt.sum(t, "cbgrpc.outcomes.dropped", attrReason.String(reason)), reason))
-		}
-		t.Errorf("%d recorded after Close in %d Records; want %d (dropped: %s)", got, tc.records.Load(), n, strings.Join(by, ", "))
+		t.Errorf("%d recorded after Close in %d Records; want %d (dropped: %s)", got, tc.records.Load(), n, mt.drops(t))
 	}
 }
 

@@ -273,11 +273,7 @@ func waitUntilDelivered(t *testing.T, d *testCoordinator, mt *metrics, n int64) 
 	deadline := time.Now().Add(time.Minute)
 	for d.delivered.Load()+mt.sum(t, "cbgrpc.outcomes.dropped") < n {
 		if time.Now().After(deadline) {
-			var by []string
-			for _, reason := range dropReasons {
-				by = append(by, fmt.Sprintf("%d %s", mt.sum(t, "cbgrpc.outcomes.dropped", attrReason.String(reason)), reason))
-			}
-			t.Fatalf("the Records delivered %d outcomes of %d within a minute (dropped: %s)", d.delivered.Load(), n, strings.Join(by, ", "))
+			t.Fatalf("the Records delivered %d outcomes of %d within a minute (dropped: %s)", d.delivered.Load(), n, mt.drops(t))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -66,8 +66,7 @@ var (
 
 // TestScriptsLoadAndLint loads every script, as assembled for a single
 // server and for a Cluster, into a real server (SCRIPT LOAD compiles it
-// with Redis's own Lua, and the hash must be the one the coordinator runs
-// by EVALSHA), then lints each whole with luacheck: no global but Redis's
+// with Redis's own Lua), then lints each whole with luacheck: no global but Redis's
 // is read or set, and the unused locals and shadowings are knownLint's.
 func TestScriptsLoadAndLint(t *testing.T) {
 	luacheck := redistest.Tool(t, "luacheck")
@@ -78,12 +77,8 @@ func TestScriptsLoadAndLint(t *testing.T) {
 	var found []string
 	for _, set := range []*scripts{plainScripts, shardedScripts} {
 		for name, src := range set.sources {
-			hash, err := rdb.ScriptLoad(ctx, src).Result()
-			if err != nil {
+			if err := rdb.ScriptLoad(ctx, src).Err(); err != nil {
 				t.Errorf("SCRIPT LOAD %s: %v", name, err)
-			}
-			if want := scriptNamed(set, name).Hash(); hash != want {
-				t.Errorf("%s loads as %s; the coordinator runs %s", name, hash, want)
 			}
 			if set == shardedScripts {
 				continue // the same text but its first line
@@ -127,13 +122,4 @@ func TestScriptsLoadAndLint(t *testing.T) {
 			t.Errorf("knownLint has %q, which luacheck no longer finds: strike it", k)
 		}
 	}
-}
-
-// scriptNamed returns the script of set that newScripts named name.
-func scriptNamed(set *scripts, name string) interface{ Hash() string } {
-	return map[string]interface{ Hash() string }{
-		"admit": set.admit, "record": set.record, "settle": set.settle, "snapshot": set.snapshot,
-		"control": set.control, "push": set.push, "policy": set.policy, "heartbeat": set.heartbeat,
-		"census": set.census, "cause": set.cause,
-	}[name]
 }

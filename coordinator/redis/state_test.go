@@ -64,7 +64,7 @@ func stateLuaOf(state, batches []stateField) string {
 	names := func(fs []stateField) string {
 		q := make([]string, len(fs))
 		for i, f := range fs {
-			q[i] = "'" + f.name + "'"
+			q[i] = quote(f.name)
 		}
 		return "{" + strings.Join(q, ", ") + "}"
 	}
@@ -77,7 +77,7 @@ func stateLuaOf(state, batches []stateField) string {
 	for i, f := range all {
 		v := "v[" + strconv.Itoa(i+1) + "]"
 		if f.integer {
-			v = "stored_int('state', '" + f.name + "', " + v + ")"
+			v = "stored_int('state', " + quote(f.name) + ", " + v + ")"
 		}
 		if f.zero != "" {
 			v += " or " + f.zero
@@ -93,7 +93,7 @@ func stateLuaOf(state, batches []stateField) string {
 		if f.integer {
 			v = "int(" + v + ")"
 		}
-		b.WriteString("    '" + f.name + "', " + v + ",\n")
+		b.WriteString("    " + quote(f.name) + ", " + v + ",\n")
 	}
 	b.WriteString("    ...\nend\n")
 	return b.String()

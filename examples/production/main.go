@@ -74,6 +74,9 @@ func main() {
 	flag.DurationVar(&cfg.timeout, "coordinator-timeout", cbgrpc.DefaultCoordinatorTimeout, "how long a call waits for Redis before it decides without it")
 	flag.DurationVar(&cfg.outage, "outage", 1500*time.Millisecond, "how long the inventory database is down (long enough for a Prometheus to scrape the open breaker)")
 	flag.Parse()
+	if cfg.outage <= 0 || cfg.timeout <= 0 {
+		log.Fatalf("-outage %v, -coordinator-timeout %v: want both above 0", cfg.outage, cfg.timeout)
+	}
 	// Ctrl-C shuts everything down as the end of the scenario does,
 	// redis-server included; a second one ends the program at once.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -173,10 +176,7 @@ func run(ctx context.Context, w io.Writer, cfg config) (err error) {
 	defer conn.Close()
 	out.printf("Calling the %s service on %s every %v: retry, then the breaker, then otelgrpc.\n\n", scope, lis.Addr(), every)
 
-	outage := cfg.outage
-	if outage <= 0 {
-		outage = 1500 * time.Millisecond
-	}
+	outage := cmp.Or(cfg.outage, 1500*time.Millisecond)
 	if err := scenario(ctx, out, testgrpc.NewTestServiceClient(conn), dep, outage, tel.transitions.recovered); err != nil {
 		return err
 	}

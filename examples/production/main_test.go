@@ -25,7 +25,7 @@ const loadedTimeout = time.Second
 // fails it under CI=true: CI must never pass by skipping the real thing.
 func requireRedis(t *testing.T) {
 	t.Helper()
-	requireTool(t, "redis-server", "redis-server")
+	redistest.Tool(t, "redis-server")
 }
 
 // checkRun runs the example with cfg and checks that its transcript shows

@@ -5,15 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cbgrpc/cbgrpc/internal/freeport"
+	"github.com/cbgrpc/cbgrpc/internal/redistest"
 )
 
 // The rules and the dashboard that monitoring/ ships, proven: promtool's
@@ -24,22 +27,8 @@ import (
 // monitoring is the folder of the rules and the dashboard.
 const monitoring = "../../monitoring"
 
-// requireTool returns the path of a program the test runs; it skips the
-// test when the program is missing, and fails it under CI=true.
-func requireTool(t *testing.T, name, pkg string) string {
-	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s not found (CI=true requires it; apt-get install %s): %v", name, pkg, err)
-		}
-		t.Skipf("%s not found (apt-get install %s): %v", name, pkg, err)
-	}
-	return path
-}
-
 func TestRulesUnitTests(t *testing.T) {
-	promtool := requireTool(t, "promtool", "prometheus")
+	promtool := redistest.Tool(t, "promtool") // Debian: apt-get install prometheus
 	for _, args := range [][]string{
 		{"check", "rules", "cbgrpc-rules.yml"},
 		{"test", "rules", "cbgrpc-rules_test.yml"},
@@ -62,7 +51,7 @@ func TestRulesUnitTests(t *testing.T) {
 // every query of the dashboard must return data, and the open-breaker
 // alert must fire for the example's breaker during its outage.
 func TestPrometheusAnswersEveryQuery(t *testing.T) {
-	bin := requireTool(t, "prometheus", "prometheus")
+	bin := redistest.Tool(t, "prometheus")
 	requireRedis(t)
 	rules := loadRules(t)
 	queries := dashboardQueries(t)
@@ -197,12 +186,11 @@ func dashboardQueries(t *testing.T) []string {
 // freeAddr returns a loopback address no one listened on a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Loopback(false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lis.Close()
-	return lis.Addr().String()
+	return "127.0.0.1:" + strconv.Itoa(port)
 }
 
 // timedTranscript is the example's transcript, with when each line came.
